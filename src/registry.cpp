@@ -28,7 +28,7 @@ PartCapabilities cpu_part(const char* name, PartKind kind, ActivationFormat form
   PartCapabilities p;
   p.name = name;
   p.kind = kind;
-  p.backend = Backend::cpu;
+  p.backends = {Backend::cpu};
   p.format = format;
   p.in_dtypes = kFloatDTypes;
   p.quant_schemes = kAllSchemes;
@@ -51,7 +51,7 @@ std::vector<PrepareFinalizeEntry> build_prepare_finalize() {
                                   ActivationFormat::Standard);
     c.chunking = true;
     c.summary = "single rank, quantize only; finalize Delegate -> Contiguous";
-    parts.push_back({c, [](const MoEConfig& cfg) {
+    parts.push_back({c, [](const MoEConfig& cfg, Backend) {
                        return std::make_shared<cpu::NoEPPrepareAndFinalize>(cfg);
                      }});
   }
@@ -60,7 +60,7 @@ std::vector<PrepareFinalizeEntry> build_prepare_finalize() {
                                   ActivationFormat::Batched);
     c.chunking = false;
     c.summary = "scatter to (E, max_tokens, K) + counts; finalize Delegate -> NaiveBatched";
-    parts.push_back({c, [](const MoEConfig& cfg) {
+    parts.push_back({c, [](const MoEConfig& cfg, Backend) {
                        return std::make_shared<cpu::BatchedPrepareAndFinalize>(cfg);
                      }});
   }
@@ -74,7 +74,7 @@ std::vector<ExpertsEntry> build_experts() {
     c.chunking = true;
     c.weight_and_reduce = WeightAndReduceKind::NoOp;
     c.summary = "permute, blocked OpenMP GEMMs (fp32 accumulate), reduces itself";
-    parts.push_back({c, [](const MoEConfig& cfg) {
+    parts.push_back({c, [](const MoEConfig& cfg, Backend) {
                        return std::make_shared<cpu::ReferenceExperts>(cfg);
                      }});
   }
@@ -84,7 +84,7 @@ std::vector<ExpertsEntry> build_experts() {
     c.chunking = false;
     c.weight_and_reduce = WeightAndReduceKind::Delegate;
     c.summary = "per-expert rows < expert_num_tokens, blocked OpenMP GEMMs; finalize reduces";
-    parts.push_back({c, [](const MoEConfig& cfg) {
+    parts.push_back({c, [](const MoEConfig& cfg, Backend) {
                        return std::make_shared<cpu::BatchedReferenceExperts>(cfg);
                      }});
   }
@@ -176,17 +176,17 @@ Compatibility check_part(const PartCapabilities& p, const MoEConfig& c) {
 }
 
 Compatibility check_compatibility(const PartCapabilities& pf, const PartCapabilities& ex,
-                                  const MoEConfig& c) {
+                                  const MoEConfig& c, Backend backend) {
   if (pf.kind != PartKind::prepare_finalize) return no(pf.name + " is not a PrepareAndFinalize");
   if (ex.kind != PartKind::experts) return no(ex.name + " is not an Experts");
   if (pf.format != ex.format) {
     return no(pf.name + " produces " + activation_format_name(pf.format) + " activations but " +
               ex.name + " expects " + activation_format_name(ex.format));
   }
-  if (pf.backend != ex.backend) {
-    return no(pf.name + " runs on " + backend_name(pf.backend) + " but " + ex.name + " on " +
-              backend_name(ex.backend));
-  }
+  if (!contains(pf.backends, backend))
+    return no(pf.name + " has no " + backend_name(backend) + " implementation");
+  if (!contains(ex.backends, backend))
+    return no(ex.name + " has no " + backend_name(backend) + " implementation");
   if (Compatibility r = check_config(c); !r) return r;
   if (Compatibility r = check_part(pf, c); !r) return r;
   if (Compatibility r = check_part(ex, c); !r) return r;
@@ -200,6 +200,14 @@ Compatibility check_compatibility(const PartCapabilities& pf, const PartCapabili
 
 ModularKernel make_modular_kernel(const std::string& pf_name, const std::string& experts_name,
                                   const MoEConfig& config, SharedExpertsFn shared_experts) {
+  return make_modular_kernel(pf_name, experts_name, config, Device::cpu(),
+                             std::move(shared_experts));
+}
+
+ModularKernel make_modular_kernel(const std::string& pf_name, const std::string& experts_name,
+                                  const MoEConfig& config, Device device,
+                                  SharedExpertsFn shared_experts) {
+  const Backend backend = backend_of(device);
   const PrepareFinalizeEntry* pf = find_prepare_finalize(pf_name);
   MODMOE_CHECK(pf != nullptr) << "make_modular_kernel: unknown PrepareAndFinalize '" << pf_name
                               << "' (modmoe-check --list shows the registered parts)";
@@ -207,7 +215,7 @@ ModularKernel make_modular_kernel(const std::string& pf_name, const std::string&
   std::string reasons;
   if (experts_name == "auto") {
     for (const auto& candidate : experts_registry()) {  // registered best-first
-      Compatibility r = check_compatibility(pf->caps, candidate.caps, config);
+      Compatibility r = check_compatibility(pf->caps, candidate.caps, config, backend);
       if (r) {
         ex = &candidate;
         break;
@@ -215,16 +223,18 @@ ModularKernel make_modular_kernel(const std::string& pf_name, const std::string&
       reasons += "\n  " + r.reason;
     }
     MODMOE_CHECK(ex != nullptr) << "make_modular_kernel: no registered Experts composes with "
-                                << pf_name << " for [" << config.str() << "]:" << reasons;
+                                << pf_name << " on " << backend_name(backend) << " for ["
+                                << config.str() << "]:" << reasons;
   } else {
     ex = find_experts(experts_name);
     MODMOE_CHECK(ex != nullptr) << "make_modular_kernel: unknown Experts '" << experts_name
                                 << "' (modmoe-check --list shows the registered parts)";
-    Compatibility r = check_compatibility(pf->caps, ex->caps, config);
+    Compatibility r = check_compatibility(pf->caps, ex->caps, config, backend);
     MODMOE_CHECK(r.ok) << "make_modular_kernel: " << pf_name << " + " << experts_name
                        << " do not compose: " << r.reason;
   }
-  return ModularKernel(pf->make(config), ex->make(config), std::move(shared_experts));
+  return ModularKernel(pf->make(config, backend), ex->make(config, backend),
+                       std::move(shared_experts));
 }
 
 std::string describe(const PartCapabilities& p) {
@@ -236,7 +246,8 @@ std::string describe(const PartCapabilities& p) {
   std::ostringstream s;
   s << p.name << "\n"
     << "    kind=" << (p.kind == PartKind::experts ? "experts" : "prepare_finalize")
-    << " backend=" << backend_name(p.backend) << " format=" << activation_format_name(p.format)
+    << " backends=" << join(p.backends, backend_name)
+    << " format=" << activation_format_name(p.format)
     << "\n    dtypes=" << join(p.in_dtypes, dtype_name)
     << " quant=" << join(p.quant_schemes, quant_scheme_name)
     << " static_scale=" << (p.static_act_scale ? "yes" : "no")

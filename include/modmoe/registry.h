@@ -20,7 +20,7 @@ const char* backend_name(Backend b);
 struct PartCapabilities {
   std::string name;
   PartKind kind = PartKind::experts;
-  Backend backend = Backend::cpu;
+  std::vector<Backend> backends;  // a part may exist on several backends under one name
   ActivationFormat format = ActivationFormat::Standard;  // P/F output = Experts input format
   std::vector<DType> in_dtypes;            // hidden-state dtypes
   std::vector<QuantScheme> quant_schemes;  // activation/weight schemes
@@ -38,14 +38,20 @@ struct PartCapabilities {
   std::string summary;
 };
 
+// Factories build the part for one of caps.backends.
 struct PrepareFinalizeEntry {
   PartCapabilities caps;
-  std::function<std::shared_ptr<PrepareAndFinalize>(const MoEConfig&)> make;
+  std::function<std::shared_ptr<PrepareAndFinalize>(const MoEConfig&, Backend)> make;
 };
 struct ExpertsEntry {
   PartCapabilities caps;
-  std::function<std::shared_ptr<Experts>(const MoEConfig&)> make;
+  std::function<std::shared_ptr<Experts>(const MoEConfig&, Backend)> make;
 };
+
+// The backend that runs on `device`.
+inline Backend backend_of(Device device) {
+  return device.is_cuda() ? Backend::cuda : Backend::cpu;
+}
 
 const std::vector<PrepareFinalizeEntry>& prepare_finalize_registry();
 const std::vector<ExpertsEntry>& experts_registry();
@@ -62,15 +68,22 @@ struct Compatibility {
 Compatibility check_config(const MoEConfig& config);
 // Whether one part supports `config` on its own.
 Compatibility check_part(const PartCapabilities& part, const MoEConfig& config);
-// Whether P/F and Experts compose for `config`: formats agree, both support the config,
-// same backend, ranks available.
+// Whether P/F and Experts compose for `config` on `backend`: formats agree, both exist on the
+// backend, both support the config, ranks available. Pure: reads capabilities only (whether a
+// CUDA device is present is checked when a kernel is built, not here).
 Compatibility check_compatibility(const PartCapabilities& prepare_finalize,
-                                  const PartCapabilities& experts, const MoEConfig& config);
+                                  const PartCapabilities& experts, const MoEConfig& config,
+                                  Backend backend = Backend::cpu);
 
 // Builds the kernel from registered names; experts = "auto" picks the best compatible experts
 // for the P/F and config. Throws Error carrying the compatibility reason.
+// `device` picks the backend (Device::cpu() unless given); the kernel's forward must then be
+// called with a Context on that device.
 ModularKernel make_modular_kernel(const std::string& prepare_finalize, const std::string& experts,
                                   const MoEConfig& config, SharedExpertsFn shared_experts = {});
+ModularKernel make_modular_kernel(const std::string& prepare_finalize, const std::string& experts,
+                                  const MoEConfig& config, Device device,
+                                  SharedExpertsFn shared_experts = {});
 
 // One line per capability, for `modmoe-check --list`.
 std::string describe(const PartCapabilities& part);
