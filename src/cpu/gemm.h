@@ -5,16 +5,20 @@
 // e4m3 with the quantization scales of include/modmoe/quant.h. Accumulation is fp32.
 //
 // How it runs (gemm.cpp has the details):
-//   * B is decoded and scaled into fp32 panels once per (tile, 256-wide K block) and reused by
-//     every row of the tile, so dequantization is amortized over the rows.
+//   * Groups of more than 4 rows: B is decoded and scaled into fp32 panels once per (tile,
+//     256-wide K block) and reused by every row of the tile, so dequantization is amortized
+//     over the rows; a register-blocked micro-kernel does the math.
+//   * Groups of at most 4 rows (decode): nothing to amortize over, so B is decoded in place,
+//     a vector at a time, straight into the dot products; reading B is the whole cost.
 //   * The work is cut into (group, row block, column block) tiles spread over the OpenMP
 //     threads together, so decode (one row in many groups) and prefill (many rows in one
 //     group) both keep every thread busy.
-//   * Deterministic: every C element is written by exactly one thread and is the sequential
-//     sum over k = 0, 1, ..., K-1 of A[m][k] * dequant(B)[n][k]; the result does not depend on
-//     the thread count or the tiling. It depends only on the instruction set the kernel runs
-//     with (fused multiply-add where the CPU has it).
-//   * The micro-kernel is picked at run time for the CPU (AVX-512, AVX2+FMA, or the portable
+//   * Deterministic: every C element is written by exactly one thread in a fixed summation
+//     order (sequential over k for groups of more than 4 rows; lane-wise partial sums added
+//     in a fixed tree for smaller groups); the result does not depend on the thread count or
+//     the tiling, only on the instruction set the kernel runs with (vector width, fused
+//     multiply-add where the CPU has it).
+//   * The kernels are picked at run time for the CPU (AVX-512, AVX2+FMA, or the portable
 //     baseline); the binary is built for the default target. The environment variable
 //     MODMOE_CPU_GEMM_ISA = avx512 | avx2 | generic caps the choice (for tests and A/B
 //     measurements); a request the CPU cannot honour falls back to the best it can.
@@ -32,9 +36,9 @@ namespace cpu {
 // and how to dequantize it. dequant(B)[n][k] = decode(data[n*row_stride + k]) * scale(n, k).
 struct WeightOperand {
   const void* data = nullptr;
-  DType dtype = DType::fp32;       // bf16, fp16, fp32 or fp8_e4m3
+  DType dtype = DType::fp32;  // bf16, fp16, fp32 or fp8_e4m3
   int64_t N = 0, K = 0;
-  int64_t row_stride = 0;          // elements between rows (>= K)
+  int64_t row_stride = 0;                  // elements between rows (>= K)
   QuantScheme scheme = QuantScheme::none;  // none for bf16/fp16/fp32
   // This expert's scales (already offset to the expert):
   //   fp8_tensor: float[1]; fp8_token (per-channel): float[N];

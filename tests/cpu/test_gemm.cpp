@@ -15,11 +15,11 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <limits>
 #include <random>
 #include <string>
@@ -79,9 +79,9 @@ std::string format_name(const Format& f) {
 }
 
 const Format kFormats[] = {
-    {DType::fp32, QuantScheme::none},           {DType::bf16, QuantScheme::none},
-    {DType::fp16, QuantScheme::none},           {DType::fp8_e4m3, QuantScheme::fp8_tensor},
-    {DType::fp8_e4m3, QuantScheme::fp8_token},  {DType::fp8_e4m3, QuantScheme::fp8_block},
+    {DType::fp32, QuantScheme::none},          {DType::bf16, QuantScheme::none},
+    {DType::fp16, QuantScheme::none},          {DType::fp8_e4m3, QuantScheme::fp8_tensor},
+    {DType::fp8_e4m3, QuantScheme::fp8_token}, {DType::fp8_e4m3, QuantScheme::fp8_block},
     {DType::fp8_e4m3, QuantScheme::mxfp8},
 };
 
@@ -172,9 +172,14 @@ Weight make_weight(std::mt19937& rng, Format f, int64_t N, int64_t K, int64_t ro
     for (int64_t k = 0; k < K; ++k) {
       double s = 1.0;
       switch (f.scheme) {
-        case QuantScheme::none: break;
-        case QuantScheme::fp8_tensor: s = w.scale_f32[0]; break;
-        case QuantScheme::fp8_token: s = w.scale_f32[n]; break;
+        case QuantScheme::none:
+          break;
+        case QuantScheme::fp8_tensor:
+          s = w.scale_f32[0];
+          break;
+        case QuantScheme::fp8_token:
+          s = w.scale_f32[n];
+          break;
         case QuantScheme::fp8_block:
           s = w.scale_f32[(n / kBlockSize) * ceil_div(K, kBlockSize) + k / kBlockSize];
           break;
@@ -293,9 +298,11 @@ class GemmIsaTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GemmIsaTest, SingleGroupMatchesReferenceForEveryFormat) {
   const ScopedIsa isa(GetParam());
-  // Decode-sized (M = 1, K = 2880 with a partial 128 block, N = 200 with a partial tile),
-  // odd sizes everywhere, a K that crosses the 256 block by one, row blocks + remainders.
-  const Shape3 shapes[] = {{1, 200, 2880}, {7, 33, 100}, {13, 130, 257}, {50, 17, 5}};
+  // Up to 4 rows take the few-rows path: decode-sized (M = 1, K = 2880 with a partial 128
+  // block, N = 200 with a partial tile) and K tails of every vector width. More rows take the
+  // packed path: odd sizes, a K that crosses the 256 block by one, row blocks + remainders.
+  const Shape3 shapes[] = {{1, 200, 2880}, {2, 33, 101},   {3, 19, 259}, {4, 40, 70},
+                           {7, 33, 100},   {13, 130, 257}, {50, 17, 5}};
   uint32_t seed = kSeed;
   for (const Format& f : kFormats) {
     for (const Shape3& s : shapes) {
@@ -318,12 +325,13 @@ TEST_P(GemmIsaTest, SingleGroupMatchesReferenceForEveryFormat) {
 TEST_P(GemmIsaTest, GroupsWithEmptyGroupsMatchReference) {
   const ScopedIsa isa(GetParam());
   // Rows 0-1 and the last two rows belong to no group; empty groups have no weights at all;
-  // one group is larger than a tile's row count (240), so it is split along M.
+  // groups of 1-3 rows (few-rows path) and 9 rows (packed); one group is larger than a tile's
+  // row count (240), so it is split along M.
   const std::vector<int64_t> offsets = {2, 5, 5, 6, 6, 6, 15, 17, 264, 264};
   uint32_t seed = kSeed + 1000;
   for (const Format& f : {kFormats[1], kFormats[5], kFormats[6]}) {
-    SCOPED_TRACE(testing::Message() << "isa " << GetParam() << ", " << format_name(f)
-                                    << ", seed " << seed);
+    SCOPED_TRACE(testing::Message()
+                 << "isa " << GetParam() << ", " << format_name(f) << ", seed " << seed);
     std::mt19937 rng(seed++);
     const Problem p = make_problem(rng, f, offsets, /*N=*/37, /*K=*/150, /*lda=*/160,
                                    /*ldc=*/40, /*row_stride=*/151);
@@ -331,7 +339,10 @@ TEST_P(GemmIsaTest, GroupsWithEmptyGroupsMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, GemmIsaTest, ::testing::ValuesIn(kIsas));
+INSTANTIATE_TEST_SUITE_P(Isa, GemmIsaTest, ::testing::ValuesIn(kIsas),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
 
 // ---- determinism ----------------------------------------------------------------------------
 
@@ -362,8 +373,8 @@ TEST(Gemm, ResultIsBitIdenticalForOneAndTwoThreads) {
   };
   uint32_t seed = kSeed + 2000;
   for (const Case& c : cases) {
-    SCOPED_TRACE(testing::Message() << c.what << ", " << format_name(c.format) << ", seed "
-                                    << seed);
+    SCOPED_TRACE(testing::Message()
+                 << c.what << ", " << format_name(c.format) << ", seed " << seed);
     std::mt19937 rng(seed++);
     const Problem p = make_problem(rng, c.format, c.offsets, c.N, c.K, c.K, c.N, c.K);
     std::vector<float> one, two;
@@ -433,16 +444,16 @@ TEST(Gemm, RejectsInvalidArguments) {
 
   WeightOperand saved = p.ops[2];
   p.ops[2].row_stride = 10;
-  expect_error([&] { call(64, 16); },
-               "grouped_gemm_nt: B[2].row_stride must be >= K = 64, got 10");
+  expect_error([&] { call(64, 16); }, "grouped_gemm_nt: B[2].row_stride must be >= K = 64, got 10");
   p.ops[2] = saved;
   p.ops[2].dtype = DType::int8;
   expect_error([&] { call(64, 16); },
                "grouped_gemm_nt: B[2].dtype must be bf16, fp16, fp32 or fp8_e4m3, got int8");
   p.ops[2] = saved;
   p.ops[2].scheme = QuantScheme::none;
-  expect_error([&] { call(64, 16); }, "B[2].scheme must be fp8-tensor, fp8-token, fp8-block or "
-                                      "mxfp8 for fp8_e4m3 weights, got none");
+  expect_error([&] { call(64, 16); },
+               "B[2].scheme must be fp8-tensor, fp8-token, fp8-block or "
+               "mxfp8 for fp8_e4m3 weights, got none");
   p.ops[2] = saved;
   p.ops[2].scale = nullptr;
   expect_error([&] { call(64, 16); }, "B[2].scale must not be null for fp8-block weights");

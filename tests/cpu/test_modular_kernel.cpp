@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <string>
@@ -91,23 +92,28 @@ TEST(ModularKernel, DelegateBecomesNaiveBatchedInBatchedFinalize) {
   EXPECT_TRUE(err.passed(1e-2)) << err.str();
 }
 
-TEST(ModularKernel, ChunkingGivesBitIdenticalResults) {
+// Chunks change how many rows each expert sees per GEMM, and the CPU GEMM sums small groups
+// (<= 4 rows) in another order than large ones, so chunked results agree to rounding, not bits.
+TEST(ModularKernel, ChunkingGivesTheSameResults) {
   testing::Problem p = testing::make_problem(spec_for(50, 3, 8, 128, 64));
   auto cfg = p.spec.config;
   ModularKernel k(std::make_shared<cpu::NoEPPrepareAndFinalize>(cfg),
                   std::make_shared<cpu::ReferenceExperts>(cfg));
-  std::vector<uint8_t> reference;
+  std::vector<float> reference;
   for (int64_t chunk : {0, 50, 17, 7, 1}) {
     testing::poison(p.output);
     Context ctx = Context::cpu();
     ctx.chunk_size = chunk;
     k.forward(ctx, args_for(p));
+    EXPECT_TRUE(check_against_oracle(p, p.output).passed(1e-4)) << "chunk_size " << chunk;
+    const float* out = p.output.data_ptr<float>();
     if (reference.empty()) {
-      reference = bytes_of(p.output);
-      EXPECT_TRUE(check_against_oracle(p, p.output).passed(1e-4));
-    } else {
-      EXPECT_EQ(bytes_of(p.output), reference) << "chunk_size " << chunk;
+      reference.assign(out, out + 50 * 128);
+      continue;
     }
+    for (int64_t i = 0; i < 50 * 128; ++i)
+      ASSERT_NEAR(out[i], reference[i], 1e-5f * (1.0f + std::fabs(reference[i])))
+          << "chunk_size " << chunk << " element " << i;
   }
 }
 
