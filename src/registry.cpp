@@ -7,7 +7,13 @@
 
 #include "cpu/prepare_finalize.h"
 #include "cpu/reference_experts.h"
+#include "modmoe/cuda.h"
 #include "modmoe/error.h"
+
+#ifdef MODMOE_WITH_CUDA
+#include "cuda/cuda_experts.h"
+#include "cuda/cuda_prepare_finalize.h"
+#endif
 
 namespace modmoe {
 
@@ -44,31 +50,115 @@ PartCapabilities cpu_part(const char* name, PartKind kind, ActivationFormat form
   return p;
 }
 
+// Factories of the parts that exist on several backends: the CUDA class on Backend::cuda (in a
+// build without the CUDA backend that is an error), the CPU class otherwise.
+std::shared_ptr<PrepareAndFinalize> make_noep_prepare_finalize(const MoEConfig& cfg, Backend b) {
+  if (b == Backend::cuda) {
+#ifdef MODMOE_WITH_CUDA
+    return std::make_shared<cuda::NoEPPrepareAndFinalize>(cfg);
+#else
+    MODMOE_FAIL() << "NoEPPrepareAndFinalize: this build has no CUDA backend";
+#endif
+  }
+  return std::make_shared<cpu::NoEPPrepareAndFinalize>(cfg);
+}
+
+std::shared_ptr<PrepareAndFinalize> make_batched_prepare_finalize(const MoEConfig& cfg,
+                                                                  Backend b) {
+  if (b == Backend::cuda) {
+#ifdef MODMOE_WITH_CUDA
+    return std::make_shared<cuda::BatchedPrepareAndFinalize>(cfg);
+#else
+    MODMOE_FAIL() << "BatchedPrepareAndFinalize: this build has no CUDA backend";
+#endif
+  }
+  return std::make_shared<cpu::BatchedPrepareAndFinalize>(cfg);
+}
+
+// Factories of the CUDA-only experts.
+std::shared_ptr<Experts> make_cuda_experts(const MoEConfig& cfg, Backend) {
+#ifdef MODMOE_WITH_CUDA
+  return std::make_shared<cuda::CudaExperts>(cfg);
+#else
+  MODMOE_FAIL() << "CudaExperts: this build has no CUDA backend";
+  return nullptr;
+#endif
+}
+
+std::shared_ptr<Experts> make_batched_cuda_experts(const MoEConfig& cfg, Backend) {
+#ifdef MODMOE_WITH_CUDA
+  return std::make_shared<cuda::BatchedCudaExperts>(cfg);
+#else
+  MODMOE_FAIL() << "BatchedCudaExperts: this build has no CUDA backend";
+  return nullptr;
+#endif
+}
+
+// A CUDA experts part: every scheme, activation and layout; bf16/fp16 inputs (the tensor-core
+// GEMM has no fp32 operands); K and N aligned for the GEMM's 16-byte operand copies
+// (multiples of 8 elements for bf16/fp16, of 16 for fp8: 16 covers both); up to 1024 local
+// experts (the GEMM keeps its schedule in shared memory).
+PartCapabilities cuda_experts_part(const char* name, ActivationFormat format) {
+  PartCapabilities p;
+  p.name = name;
+  p.kind = PartKind::experts;
+  p.backends = {Backend::cuda};
+  p.format = format;
+  p.in_dtypes = {DType::bf16, DType::fp16};
+  p.quant_schemes = kAllSchemes;
+  p.static_act_scale = true;
+  p.block_quant = true;
+  p.expert_map = true;
+  p.graph_capturable = true;
+  p.ranks_needed = 1;
+  p.k_alignment = 16;
+  p.n_alignment = 16;
+  p.activations = kAllActivations;
+  p.gated_layouts = kAllLayouts;
+  return p;
+}
+
 std::vector<PrepareFinalizeEntry> build_prepare_finalize() {
   std::vector<PrepareFinalizeEntry> parts;
   {
     PartCapabilities c = cpu_part("NoEPPrepareAndFinalize", PartKind::prepare_finalize,
                                   ActivationFormat::Standard);
+    c.backends = {Backend::cpu, Backend::cuda};
+    c.graph_capturable = true;  // on cuda; nothing to capture on the CPU
     c.chunking = true;
     c.summary = "single rank, quantize only; finalize Delegate -> Contiguous";
-    parts.push_back({c, [](const MoEConfig& cfg, Backend) {
-                       return std::make_shared<cpu::NoEPPrepareAndFinalize>(cfg);
-                     }});
+    parts.push_back({c, make_noep_prepare_finalize});
   }
   {
     PartCapabilities c = cpu_part("BatchedPrepareAndFinalize", PartKind::prepare_finalize,
                                   ActivationFormat::Batched);
+    c.backends = {Backend::cpu, Backend::cuda};
+    c.graph_capturable = true;  // on cuda
     c.chunking = false;
     c.summary = "scatter to (E, max_tokens, K) + counts; finalize Delegate -> NaiveBatched";
-    parts.push_back({c, [](const MoEConfig& cfg, Backend) {
-                       return std::make_shared<cpu::BatchedPrepareAndFinalize>(cfg);
-                     }});
+    parts.push_back({c, make_batched_prepare_finalize});
   }
   return parts;
 }
 
 std::vector<ExpertsEntry> build_experts() {
   std::vector<ExpertsEntry> parts;
+  // Best first: "auto" takes the first compatible one on the requested backend.
+  {
+    PartCapabilities c = cuda_experts_part("CudaExperts", ActivationFormat::Standard);
+    c.chunking = true;
+    c.weight_and_reduce = WeightAndReduceKind::NoOp;
+    c.summary = "CUB permute, mma.sync grouped GEMMs (fused gated epilogue), reduces itself";
+    parts.push_back({c, make_cuda_experts});
+  }
+  {
+    PartCapabilities c = cuda_experts_part("BatchedCudaExperts", ActivationFormat::Batched);
+    c.chunking = false;
+    c.weight_and_reduce = WeightAndReduceKind::Delegate;
+    c.summary = "packs rows < expert_num_tokens on the device, mma.sync grouped GEMMs; "
+                "finalize reduces";
+    parts.push_back({c, make_batched_cuda_experts});
+  }
   {
     PartCapabilities c = cpu_part("ReferenceExperts", PartKind::experts, ActivationFormat::Standard);
     c.chunking = true;
@@ -208,6 +298,20 @@ ModularKernel make_modular_kernel(const std::string& pf_name, const std::string&
                                   const MoEConfig& config, Device device,
                                   SharedExpertsFn shared_experts) {
   const Backend backend = backend_of(device);
+  if (backend == Backend::cuda) {
+#ifdef MODMOE_WITH_CUDA
+    MODMOE_CHECK(cuda_available())
+        << "make_modular_kernel: device " << device.str()
+        << " was requested but no CUDA device is available (cuda_device_count() = "
+        << cuda_device_count() << ")";
+    MODMOE_CHECK(device.index >= 0 && device.index < cuda_device_count())
+        << "make_modular_kernel: device index must be in [0, " << cuda_device_count()
+        << "), got " << device.str();
+#else
+    MODMOE_FAIL() << "make_modular_kernel: device " << device.str()
+                  << " was requested but this build has no CUDA backend";
+#endif
+  }
   const PrepareFinalizeEntry* pf = find_prepare_finalize(pf_name);
   MODMOE_CHECK(pf != nullptr) << "make_modular_kernel: unknown PrepareAndFinalize '" << pf_name
                               << "' (modmoe-check --list shows the registered parts)";

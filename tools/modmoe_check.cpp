@@ -4,6 +4,8 @@
 //   modmoe-check --list                          the catalog, with capabilities
 //   modmoe-check --pf-type X --experts-type Y …  one pair, one configuration
 //   modmoe-check --all [--quick]                 every pair × a fixed set of configurations
+//   ... --device cuda                            the same on the GPU: the CUDA parts run on
+//                                                device copies of the problem
 //
 // Exit codes: 0 passed; 1 a compatible case failed (wrong numbers or an exception);
 // 2 usage error, unknown part, or (single case) an incompatible pair.
@@ -20,11 +22,16 @@
 #include <vector>
 
 #include "modmoe/context.h"
+#include "modmoe/cuda.h"
 #include "modmoe/error.h"
 #include "modmoe/modular_kernel.h"
 #include "modmoe/registry.h"
 #include "oracle/oracle.h"
 #include "oracle/problem.h"
+
+#if MODMOE_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace {
 
@@ -37,10 +44,12 @@ constexpr int kExitUsage = 2;
 constexpr const char* kUsage = R"(usage:
   modmoe-check --list
   modmoe-check --pf-type P --experts-type X [options]
-  modmoe-check --all [--quick] [--seed S]
+  modmoe-check --all [--quick] [--seed S] [--device D]
 
-Runs a modular kernel built from registered parts on the CPU and compares it with the float64
-oracle (relative error over the whole output and per expert).
+Runs a modular kernel built from registered parts and compares it with the float64 oracle
+(relative error over the whole output and per expert). --device picks the backend: cpu (the
+default) or cuda, where the problem is copied to GPU 0, run there and copied back. --all
+checks the pairs whose parts both exist on that backend.
 
 options (one case):
   --pf-type P             a registered PrepareAndFinalize (see --list)
@@ -60,6 +69,7 @@ options (one case):
   --max-tokens T          config.max_num_tokens (batched parts; default M)
   --chunk-size C          Context::chunk_size, tokens per Experts::apply (<= 0: no limit)
   --seed S                seed of the random problem (default 1)
+  --device D              cpu | cuda (default cpu)
   --tol X                 pass threshold (default: fp32 1e-4, bf16/fp16 1e-2, fp8 3e-2)
 
 exit status: 0 pass, 1 fail, 2 usage error or incompatible pair
@@ -122,7 +132,8 @@ std::string case_label(const MoEConfig& c, const CaseSpec& spec) {
 }
 
 // The command line that reruns one case, printed under a failure.
-std::string reproducer(const std::string& pf, const std::string& ex, const CaseSpec& spec) {
+std::string reproducer(const std::string& pf, const std::string& ex, const CaseSpec& spec,
+                       Device device) {
   const MoEConfig& c = spec.config;
   std::ostringstream s;
   s << "modmoe-check --pf-type " << pf << " --experts-type " << ex << " -m " << spec.M << " -k "
@@ -136,6 +147,7 @@ std::string reproducer(const std::string& pf, const std::string& ex, const CaseS
   if (spec.chunk_size) s << " --chunk-size " << *spec.chunk_size;
   s << " --seed " << spec.seed;
   if (spec.tol) s << " --tol " << *spec.tol;
+  if (device.is_cuda()) s << " --device " << device.str();
   return s.str();
 }
 
@@ -170,13 +182,13 @@ enum class Outcome { pass, fail, incompatible };
 // make_modular_kernel refuses it with that same reason (the catalog must not disagree with
 // itself).
 Outcome check_pair(const PrepareFinalizeEntry& pf, const ExpertsEntry& ex, const MoEConfig& config,
-                   const std::string& where) {
-  const Compatibility compat = check_compatibility(pf.caps, ex.caps, config);
+                   const std::string& where, Device device) {
+  const Compatibility compat = check_compatibility(pf.caps, ex.caps, config, backend_of(device));
   if (compat) return Outcome::pass;
   std::cout << "INCOMPATIBLE " << pf.caps.name << " + " << ex.caps.name << where << ": "
             << compat.reason << "\n";
   try {
-    make_modular_kernel(pf.caps.name, ex.caps.name, config);
+    make_modular_kernel(pf.caps.name, ex.caps.name, config, device);
   } catch (const Error& e) {
     if (std::string(e.what()).find(compat.reason) != std::string::npos) {
       return Outcome::incompatible;
@@ -190,28 +202,90 @@ Outcome check_pair(const PrepareFinalizeEntry& pf, const ExpertsEntry& ex, const
   return Outcome::fail;
 }
 
+#if MODMOE_WITH_CUDA
+// A non-blocking stream for the GPU runs (forward never uses the legacy default stream).
+class CudaStream {
+ public:
+  CudaStream() {
+    const cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    MODMOE_CHECK(e == cudaSuccess)
+        << "modmoe-check: cudaStreamCreateWithFlags failed: " << cudaGetErrorString(e);
+  }
+  ~CudaStream() { cudaStreamDestroy(stream_); }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+#endif
+
+// Runs one forward of `kernel` on the problem and returns its wall time in seconds (the GPU
+// forward is synchronized before the clock stops). On a GPU the inputs and the poisoned output
+// are copied to device buffers and the output is copied back into p.output.
+double forward_on(const ModularKernel& kernel, const testing::Problem& p, const CaseSpec& spec,
+                  Device device) {
+  ForwardArgs args;
+  args.hidden_states = p.hidden_states;
+  args.topk_weights = p.topk_weights;
+  args.topk_ids = p.topk_ids;
+  args.output = p.output;
+  args.weights = p.weights();
+  args.expert_map = p.expert_map;
+  if (device.is_cpu()) {
+    Context ctx = Context::cpu();
+    if (spec.chunk_size) ctx.chunk_size = *spec.chunk_size;
+    const auto start = std::chrono::steady_clock::now();
+    kernel.forward(ctx, args);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+#if MODMOE_WITH_CUDA
+  const CudaStream stream;
+  Context ctx = cuda_context(device.index, stream.get());
+  if (spec.chunk_size) ctx.chunk_size = *spec.chunk_size;
+  Allocator* alloc = cuda_default_allocator(device.index);
+  std::vector<OwnedTensor> storage;  // destroyed (freed on the stream) before the stream
+  storage.reserve(16);
+  auto to_device = [&](const Tensor& host) -> Tensor {
+    if (!host.defined()) return Tensor();
+    storage.emplace_back(alloc, host.dtype(), host.shape(), ctx.stream);
+    copy_tensor(ctx, storage.back(), host);
+    return storage.back().tensor();
+  };
+  args.hidden_states = to_device(args.hidden_states);
+  args.topk_weights = to_device(args.topk_weights);
+  args.topk_ids = to_device(args.topk_ids);
+  args.output = to_device(args.output);  // carries the host poison over
+  args.expert_map = to_device(args.expert_map);
+  ExpertWeights& w = args.weights;
+  for (Tensor* t : {&w.w13, &w.w2, &w.w13_scale, &w.w2_scale, &w.a13_scale, &w.a2_scale})
+    *t = to_device(*t);
+  synchronize(ctx);
+  const auto start = std::chrono::steady_clock::now();
+  kernel.forward(ctx, args);
+  synchronize(ctx);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  copy_tensor(ctx, p.output, args.output);
+  synchronize(ctx);
+  return seconds;
+#else
+  MODMOE_FAIL() << "modmoe-check: this build has no CUDA backend (device " << device.str() << ")";
+  return 0;
+#endif
+}
+
 // Runs a compatible pair on `ref` and prints one PASS/FAIL line.
 Outcome run_pair(const PrepareFinalizeEntry& pf, const ExpertsEntry& ex, const MoEConfig& config,
-                 const CaseSpec& spec, const Reference& ref) {
+                 const CaseSpec& spec, const Reference& ref, Device device) {
   const std::string head = pf.caps.name + " + " + ex.caps.name + " " + case_label(config, spec);
   const double tol = spec.tol ? *spec.tol : default_tolerance(config);
   const testing::Problem& p = ref.problem;
   try {
-    const ModularKernel kernel = make_modular_kernel(pf.caps.name, ex.caps.name, config);
-    Context ctx = Context::cpu();
-    if (spec.chunk_size) ctx.chunk_size = *spec.chunk_size;
+    const ModularKernel kernel = make_modular_kernel(pf.caps.name, ex.caps.name, config, device);
     testing::poison(p.output);  // a previous pair may have written it
-    ForwardArgs args;
-    args.hidden_states = p.hidden_states;
-    args.topk_weights = p.topk_weights;
-    args.topk_ids = p.topk_ids;
-    args.output = p.output;
-    args.weights = p.weights();
-    args.expert_map = p.expert_map;
-    const auto start = std::chrono::steady_clock::now();
-    kernel.forward(ctx, args);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = forward_on(kernel, p, spec, device);
     const bool chunked = kernel.experts().supports_chunking() && !ref.expected_chunked.empty();
     const oracle::ErrorReport report = oracle::compare(
         p.output, chunked ? ref.expected_chunked : ref.expected, p.topk_ids, p.expert_map);
@@ -221,11 +295,13 @@ Outcome run_pair(const PrepareFinalizeEntry& pf, const ExpertsEntry& ex, const M
     std::cout << (ok ? "PASS " : "FAIL ") << head << ": " << report.str() << timing;
     if (!ok) std::cout << " > tol " << tol;
     std::cout << "\n";
-    if (!ok) std::cout << "  reproduce: " << reproducer(pf.caps.name, ex.caps.name, spec) << "\n";
+    if (!ok) {
+      std::cout << "  reproduce: " << reproducer(pf.caps.name, ex.caps.name, spec, device) << "\n";
+    }
     return ok ? Outcome::pass : Outcome::fail;
   } catch (const std::exception& e) {
     std::cout << "FAIL " << head << ": threw: " << e.what() << "\n"
-              << "  reproduce: " << reproducer(pf.caps.name, ex.caps.name, spec) << "\n";
+              << "  reproduce: " << reproducer(pf.caps.name, ex.caps.name, spec, device) << "\n";
     return Outcome::fail;
   }
 }
@@ -286,8 +362,20 @@ DType parse_in_dtype(const std::string& text) {
   throw UsageError("--dtype: unknown dtype '" + text + "', expected one of bf16, fp16, fp32");
 }
 
+// "cpu", "cuda" (GPU 0) or "cuda:N".
+Device parse_device(const std::string& text) {
+  if (text == "cpu") return Device::cpu();
+  if (text == "cuda") return Device::cuda(0);
+  if (text.rfind("cuda:", 0) == 0) {
+    const int64_t index = parse_int("--device", text.substr(5));
+    if (index >= 0) return Device::cuda(static_cast<int>(index));
+  }
+  throw UsageError("--device: expected cpu, cuda or cuda:N, got '" + text + "'");
+}
+
 struct Options {
   bool help = false, list = false, all = false, quick = false;
+  Device device = Device::cpu();
   std::string pf_type, experts_type;
   CaseSpec spec;
   std::optional<int64_t> num_local_experts;
@@ -324,6 +412,7 @@ Options parse_args(int argc, char** argv) {
           if (seed < 0) throw UsageError("--seed must be >= 0, got " + v);
           o.spec.seed = static_cast<uint64_t>(seed);
         }}},
+      {"--device", {true, false, [&](const std::string& v) { o.device = parse_device(v); }}},
       {"--pf-type", {true, true, [&](const std::string& v) { o.pf_type = v; }}},
       {"--experts-type", {true, true, [&](const std::string& v) { o.experts_type = v; }}},
       {"-m", {true, true, [&](const std::string& v) { o.spec.M = positive(v); }}},
@@ -402,8 +491,9 @@ int run_one(const Options& o) {
   if (o.experts_type == "auto") {
     std::string reasons;
     for (const auto& candidate : experts_registry()) {  // registered best-first
-      const Compatibility r = check_compatibility(
-          pf->caps, candidate.caps, config_for_pair(pf->caps, candidate.caps, o.spec));
+      const Compatibility r = check_compatibility(pf->caps, candidate.caps,
+                                                  config_for_pair(pf->caps, candidate.caps, o.spec),
+                                                  backend_of(o.device));
       if (r) {
         ex = &candidate;
         break;
@@ -432,7 +522,7 @@ int run_one(const Options& o) {
                      " is below M = " + std::to_string(o.spec.M) +
                      "; a single rank sends all M tokens, so batched parts need max_tokens >= M");
   }
-  switch (check_pair(*pf, *ex, config, "")) {
+  switch (check_pair(*pf, *ex, config, "", o.device)) {
     case Outcome::incompatible:
       return kExitUsage;
     case Outcome::fail:
@@ -448,7 +538,7 @@ int run_one(const Options& o) {
               << case_label(config, o.spec) << ": building the problem threw: " << e.what() << "\n";
     return kExitFail;
   }
-  return run_pair(*pf, *ex, config, o.spec, ref) == Outcome::pass ? kExitPass : kExitFail;
+  return run_pair(*pf, *ex, config, o.spec, ref, o.device) == Outcome::pass ? kExitPass : kExitFail;
 }
 
 // The configurations of --all: every quant scheme (fp8-tensor also static), bf16 and fp32
@@ -517,15 +607,30 @@ std::vector<AllCase> all_cases(uint64_t seed) {
   };
 }
 
+bool on_backend(const PartCapabilities& part, Backend backend) {
+  for (Backend b : part.backends)
+    if (b == backend) return true;
+  return false;
+}
+
 int run_all(const Options& o) {
+  const Backend backend = backend_of(o.device);
+  // Pairs with a part that has no implementation on this backend are left out (once, not per
+  // case: that is a property of the catalog, not of a configuration).
+  int elsewhere = 0;
+  for (const auto& pf : prepare_finalize_registry())
+    for (const auto& ex : experts_registry())
+      elsewhere += !(on_backend(pf.caps, backend) && on_backend(ex.caps, backend));
   int passed = 0, failed = 0, incompatible = 0;
   for (const AllCase& a : all_cases(o.spec.seed)) {
     if (o.quick && !a.quick) continue;
     std::optional<Reference> ref;  // built on first use, shared by the compatible pairs
     for (const auto& pf : prepare_finalize_registry()) {
       for (const auto& ex : experts_registry()) {
+        if (!on_backend(pf.caps, backend) || !on_backend(ex.caps, backend)) continue;
         const MoEConfig config = config_for_pair(pf.caps, ex.caps, a.spec);
-        const Outcome checked = check_pair(pf, ex, config, " " + case_label(config, a.spec));
+        const Outcome checked =
+            check_pair(pf, ex, config, " " + case_label(config, a.spec), o.device);
         if (checked != Outcome::pass) {
           (checked == Outcome::incompatible ? incompatible : failed) += 1;
           continue;
@@ -541,13 +646,22 @@ int run_all(const Options& o) {
             continue;
           }
         }
-        (run_pair(pf, ex, config, a.spec, *ref) == Outcome::pass ? passed : failed) += 1;
+        (run_pair(pf, ex, config, a.spec, *ref, o.device) == Outcome::pass ? passed : failed) += 1;
         std::cout.flush();
       }
     }
   }
   std::cout << "modmoe-check: " << passed << " passed, " << failed << " failed, " << incompatible
-            << " incompatible\n";
+            << " incompatible";
+  if (elsewhere > 0) {
+    std::cout << "; " << elsewhere << " pairs have no " << backend_name(backend)
+              << " implementation";
+  }
+  std::cout << "\n";
+  if (passed == 0) {  // a check that checked nothing must not pass
+    std::cout << "modmoe-check: no pair ran on " << backend_name(backend) << "\n";
+    return kExitFail;
+  }
   return failed == 0 ? kExitPass : kExitFail;
 }
 
@@ -563,9 +677,14 @@ int run(int argc, char** argv) {
   }
   if (o.quick && !o.all) throw UsageError("--quick goes with --all");
   if (o.list) return list_parts();
+  if (o.device.is_cuda() && !cuda_available()) {
+    throw UsageError("--device " + o.device.str() +
+                     ": no CUDA device is visible, or this build has no CUDA backend");
+  }
   if (o.all) {
     if (!o.case_flags.empty()) {
-      throw UsageError("--all takes only --quick and --seed, got " + o.case_flags.front());
+      throw UsageError("--all takes only --quick, --seed and --device, got " +
+                       o.case_flags.front());
     }
     return run_all(o);
   }

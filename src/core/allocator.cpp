@@ -59,11 +59,4 @@ OwnedTensor::OwnedTensor(Allocator* allocator, DType dtype, const Shape& shape, 
     : buffer_(allocator, static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), stream),
       tensor_(buffer_.data(), dtype, shape, allocator->device()) {}
 
-Allocator* Context::alloc() const {
-  if (allocator) return allocator;
-  MODMOE_CHECK(device.is_cpu()) << "Context: no allocator given for device " << device.str()
-                                << " and this build has no default for it";
-  return host_allocator();
-}
-
 }  // namespace modmoe

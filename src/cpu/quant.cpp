@@ -1,6 +1,7 @@
 // CPU quantize / dequantize of activations (M, K) and expert weights (E, N, K) to fp8 e4m3
-// (quant.h), OpenMP-parallel over rows, built on the row helpers of quant_rows.h.
-#include "modmoe/quant.h"
+// (quant.h), OpenMP-parallel over rows, built on the row helpers of quant_rows.h. The public
+// functions of quant.h dispatch here for CPU contexts (src/ops.cpp).
+#include "cpu/ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -230,6 +231,8 @@ void per_tensor_scales(const Tensor& x, int64_t groups, int64_t rows_per_scale, 
 
 // ---- activations -------------------------------------------------------------------------
 
+namespace cpu {
+
 void quantize_activations(const Context& ctx, const Tensor& x, QuantScheme scheme,
                           bool static_scale, const Tensor& q, const Tensor& scale) {
   constexpr const char* fn = "quantize_activations";
@@ -300,6 +303,8 @@ void dequantize_activations(const Context& ctx, const Tensor& q, const Tensor& s
   }
 }
 
+}  // namespace cpu
+
 // ---- weights -----------------------------------------------------------------------------
 
 namespace {
@@ -344,6 +349,8 @@ void quantize_weight_blocks(const Tensor& w, int64_t E, int64_t N, int64_t K, ui
 }
 
 }  // namespace
+
+namespace cpu {
 
 void quantize_weights(const Context& ctx, const Tensor& w, QuantScheme scheme, const Tensor& q,
                       const Tensor& scale) {
@@ -432,4 +439,5 @@ void dequantize_weights(const Context& ctx, const Tensor& q, const Tensor& scale
   }
 }
 
+}  // namespace cpu
 }  // namespace modmoe

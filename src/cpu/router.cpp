@@ -4,7 +4,7 @@
 // expert (or group) index. A NaN score ranks as -inf, so even a bad row gets a defined,
 // duplicate-free selection; its weights come out NaN, which the caller can see.
 // All arithmetic is fp32 whatever the logits' dtype.
-#include "modmoe/router.h"
+#include "cpu/ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -264,7 +264,9 @@ void check_outputs(const char* fn, const Tensor& logits, int64_t topk, const Ten
 
 }  // namespace
 
-// ---- public entry points ------------------------------------------------------------------
+// ---- entry points (the public functions of router.h dispatch here for CPU contexts) -------
+
+namespace cpu {
 
 void softmax_topk(const Context& ctx, const Tensor& logits, int64_t topk, bool renormalize,
                   const Tensor& topk_weights, const Tensor& topk_ids) {
@@ -321,4 +323,5 @@ void grouped_topk(const Context& ctx, const Tensor& logits, const Tensor& correc
                          cpu::RoutingOutput(topk_weights, topk_ids));
 }
 
+}  // namespace cpu
 }  // namespace modmoe

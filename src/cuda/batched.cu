@@ -1,0 +1,231 @@
+// Batched scatter/gather and packing (see batched.h). Integer index arithmetic and byte copies
+// only: exact and deterministic.
+#include <algorithm>
+#include <cub/block/block_scan.cuh>
+#include <limits>
+
+#include "cuda/batched.h"
+#include "cuda/cuda_check.h"
+#include "cuda/float_io.cuh"
+#include "modmoe/error.h"
+
+namespace modmoe::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 65535;
+
+int grid_for(int64_t work) {
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(blocks_for(work, kThreads), kMaxBlocks)));
+}
+
+__global__ void batched_slots_kernel(const int32_t* __restrict__ row_of_pair,
+                                     const int32_t* __restrict__ sorted_expert,
+                                     const int32_t* __restrict__ m_indptr, int64_t num_pairs,
+                                     int64_t T, int32_t* __restrict__ batched_row) {
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < num_pairs;
+       p += int64_t{gridDim.x} * blockDim.x) {
+    const int32_t r = row_of_pair[p];
+    int64_t row = -1;
+    if (r >= 0) {
+      const int32_t e = sorted_expert[r];
+      const int64_t slot = r - m_indptr[e];
+      if (slot < T) row = e * T + slot;
+    }
+    batched_row[p] = static_cast<int32_t>(row);
+  }
+}
+
+__global__ void expert_counts_kernel(const int32_t* __restrict__ m_indptr, int64_t E_local,
+                                     int64_t T, int32_t* __restrict__ counts) {
+  const int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (e >= E_local) return;
+  const int64_t n = m_indptr[e + 1] - m_indptr[e];
+  counts[e] = static_cast<int32_t>(n < T ? n : T);
+}
+
+template <typename V>
+__global__ void copy_rows_kernel(const char* __restrict__ src, int64_t src_stride,
+                                 char* __restrict__ dst, int64_t dst_stride, int64_t row_bytes,
+                                 const int32_t* __restrict__ batched_row, int64_t num_pairs,
+                                 int64_t topk, bool gather) {
+  const int64_t n = row_bytes / static_cast<int64_t>(sizeof(V));
+  for (int64_t p = blockIdx.x; p < num_pairs; p += gridDim.x) {
+    int64_t s, d;
+    if (gather) {
+      s = batched_row[p];
+      d = p;
+    } else {
+      d = batched_row[p];
+      if (d < 0) continue;
+      s = p / topk;
+    }
+    V* dv = reinterpret_cast<V*>(dst + d * dst_stride);
+    if (s < 0) {
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dv[i] = V{};
+    } else {
+      const V* sv = reinterpret_cast<const V*>(src + s * src_stride);
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dv[i] = sv[i];
+    }
+  }
+}
+
+void copy_rows(const char* fn, const void* src, int64_t src_stride, void* dst, int64_t dst_stride,
+               int64_t row_bytes, const int32_t* batched_row, int64_t num_pairs, int64_t topk,
+               bool gather, cudaStream_t stream) {
+  MODMOE_CHECK(row_bytes >= 0 && src_stride >= row_bytes && dst_stride >= row_bytes)
+      << fn << ": strides must be >= row_bytes = " << row_bytes
+      << ", got src_stride = " << src_stride << ", dst_stride = " << dst_stride;
+  MODMOE_CHECK(num_pairs >= 0 && topk >= 1)
+      << fn << ": need num_pairs >= 0 and topk >= 1, got " << num_pairs << ", " << topk;
+  if (num_pairs == 0 || row_bytes == 0) return;
+  MODMOE_CHECK(src != nullptr && dst != nullptr && batched_row != nullptr)
+      << fn << ": src, dst and batched_row must not be null";
+  // The widest unit that divides both pointers, both strides and the row.
+  int unit = 16;
+  while (unit > 1 && !(is_aligned(src, unit) && is_aligned(dst, unit) && src_stride % unit == 0 &&
+                       dst_stride % unit == 0 && row_bytes % unit == 0))
+    unit /= 2;
+  const int64_t units = row_bytes / unit;
+  const int threads = static_cast<int>(std::min<int64_t>(kThreads, (units + 31) / 32 * 32));
+  const int blocks = static_cast<int>(std::min<int64_t>(num_pairs, kMaxBlocks));
+  auto launch = [&](auto tag) {
+    using V = typename decltype(tag)::type;
+    copy_rows_kernel<V><<<blocks, threads, 0, stream>>>(
+        static_cast<const char*>(src), src_stride, static_cast<char*>(dst), dst_stride, row_bytes,
+        batched_row, num_pairs, topk, gather);
+  };
+  switch (unit) {
+    case 16:
+      launch(TypeTag<uint4>{});
+      break;
+    case 8:
+      launch(TypeTag<uint2>{});
+      break;
+    case 4:
+      launch(TypeTag<uint32_t>{});
+      break;
+    case 2:
+      launch(TypeTag<uint16_t>{});
+      break;
+    default:
+      launch(TypeTag<uint8_t>{});
+      break;
+  }
+  MODMOE_CUDA_CHECK_LAUNCH();
+}
+
+// counts = clamp(expert_num_tokens, 0, T) cut at max_rows in total, m_indptr = their exclusive
+// prefix sum (one block, tiles of kThreads experts with a running carry).
+__global__ void pack_scan_kernel(const int32_t* __restrict__ expert_num_tokens, int32_t E_local,
+                                 int32_t T, int32_t max_rows, int32_t* __restrict__ counts,
+                                 int32_t* __restrict__ m_indptr) {
+  using Scan = cub::BlockScan<int32_t, kThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ int32_t carry;
+  if (threadIdx.x == 0) {
+    carry = 0;
+    m_indptr[0] = 0;
+  }
+  __syncthreads();
+  for (int32_t base = 0; base < E_local; base += kThreads) {
+    const int32_t e = base + threadIdx.x;
+    int32_t n = 0;
+    if (e < E_local) {
+      n = expert_num_tokens[e];
+      n = n < 0 ? 0 : (n > T ? T : n);
+    }
+    int32_t inclusive = 0, total = 0;
+    Scan(temp).InclusiveSum(n, inclusive, total);
+    if (e < E_local) {
+      // carry + inclusive <= E_local * T < 2^31 (checked on the host): no overflow.
+      const int32_t end = min(carry + inclusive, max_rows);
+      const int32_t begin = min(carry + inclusive - n, max_rows);
+      counts[e] = end - begin;
+      m_indptr[e + 1] = end;
+    }
+    __syncthreads();  // every thread has read `carry` and the scan storage is free again
+    if (threadIdx.x == 0) carry += total;
+    __syncthreads();
+  }
+}
+
+// grid (row tiles of T, E_local).
+__global__ void pack_rows_kernel(const int32_t* __restrict__ counts,
+                                 const int32_t* __restrict__ m_indptr, int64_t T,
+                                 int32_t* __restrict__ packed_to_batched,
+                                 int32_t* __restrict__ batched_to_packed) {
+  const int64_t e = blockIdx.y;
+  const int64_t n = counts[e];
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t packed = m_indptr[e] + i, batched = e * T + i;
+    packed_to_batched[packed] = static_cast<int32_t>(batched);
+    batched_to_packed[batched] = static_cast<int32_t>(packed);
+  }
+}
+
+void check_batched_size(const char* fn, int64_t E_local, int64_t T) {
+  MODMOE_CHECK(E_local >= 1 && T >= 0 && E_local * T < std::numeric_limits<int32_t>::max())
+      << fn << ": need E_local >= 1, T >= 0 and E_local * T < 2^31 - 1, got E_local = " << E_local
+      << ", T = " << T;
+}
+
+}  // namespace
+
+void batched_slots(const PermuteWorkspace& perm, int64_t T, int32_t* batched_row,
+                   int32_t* expert_num_tokens, cudaStream_t stream) {
+  static constexpr const char* kFn = "cuda::batched_slots";
+  check_batched_size(kFn, perm.num_local_experts, T);
+  if (batched_row != nullptr && perm.num_pairs > 0) {
+    batched_slots_kernel<<<grid_for(perm.num_pairs), kThreads, 0, stream>>>(
+        perm.row_of_pair, perm.sorted_expert, perm.m_indptr, perm.num_pairs, T, batched_row);
+    MODMOE_CUDA_CHECK_LAUNCH();
+  }
+  if (expert_num_tokens != nullptr) {
+    expert_counts_kernel<<<blocks_for(perm.num_local_experts, kThreads), kThreads, 0, stream>>>(
+        perm.m_indptr, perm.num_local_experts, T, expert_num_tokens);
+    MODMOE_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void batched_scatter_rows(const void* src, int64_t src_stride, void* dst, int64_t dst_stride,
+                          int64_t row_bytes, const int32_t* batched_row, int64_t num_pairs,
+                          int64_t topk, cudaStream_t stream) {
+  copy_rows("cuda::batched_scatter_rows", src, src_stride, dst, dst_stride, row_bytes, batched_row,
+            num_pairs, topk, /*gather=*/false, stream);
+}
+
+void batched_gather_rows(const void* src, int64_t src_stride, void* dst, int64_t dst_stride,
+                         int64_t row_bytes, const int32_t* batched_row, int64_t num_pairs,
+                         cudaStream_t stream) {
+  copy_rows("cuda::batched_gather_rows", src, src_stride, dst, dst_stride, row_bytes, batched_row,
+            num_pairs, /*topk=*/1, /*gather=*/true, stream);
+}
+
+void batched_pack_indices(const int32_t* expert_num_tokens, int64_t E_local, int64_t T,
+                          int64_t max_rows, int32_t* counts, int32_t* m_indptr,
+                          int32_t* packed_to_batched, int32_t* batched_to_packed,
+                          cudaStream_t stream) {
+  static constexpr const char* kFn = "cuda::batched_pack_indices";
+  check_batched_size(kFn, E_local, T);
+  MODMOE_CHECK(max_rows >= 0) << kFn << ": max_rows must be >= 0, got " << max_rows;
+  max_rows = std::min(max_rows, E_local * T);
+  MODMOE_CHECK(E_local <= kMaxBlocks)
+      << kFn << ": E_local must be <= " << kMaxBlocks << ", got " << E_local;
+  MODMOE_CHECK(expert_num_tokens && counts && m_indptr && packed_to_batched && batched_to_packed)
+      << kFn << ": pointers must not be null";
+  pack_scan_kernel<<<1, kThreads, 0, stream>>>(expert_num_tokens, static_cast<int32_t>(E_local),
+                                               static_cast<int32_t>(T),
+                                               static_cast<int32_t>(max_rows), counts, m_indptr);
+  MODMOE_CUDA_CHECK_LAUNCH();
+  if (T == 0) return;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks_for(T, kThreads), kMaxBlocks)),
+                  static_cast<unsigned>(E_local));
+  pack_rows_kernel<<<grid, kThreads, 0, stream>>>(counts, m_indptr, T, packed_to_batched,
+                                                  batched_to_packed);
+  MODMOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace modmoe::cuda

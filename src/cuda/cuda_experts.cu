@@ -1,0 +1,464 @@
+// CudaExperts and BatchedCudaExperts (see cuda_experts.h).
+//
+// Workspaces (bytes, carved in this order by the same functions in workspace_shapes and apply):
+//   CudaExperts, P = M * topk pairs:
+//     workspace2:  permute arrays + CUB scratch | a2 (P, N) fp8 or in dtype | a2 scales
+//     workspace13: h (P, N or 2N) fp32 | act (P, N) fp32      — GEMM1 output, activation
+//                  y (P, K) fp32 from offset 0                 — GEMM2 output (h, act are dead)
+//   BatchedCudaExperts, R = T * min(E_local, topk) packed rows (every dispatched pair):
+//     workspace2:  counts | m_indptr | packed_to_batched (R) | batched_to_packed (E_local * T)
+//                  | a2 (R, N) | a2 scales
+//     workspace13: h (R, N or 2N) fp32 | act (R, N) fp32
+//   GEMM2 of the batched experts writes the (E_local, T, K) output directly.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "core/validate.h"
+#include "cuda/activation.h"
+#include "cuda/batched.h"
+#include "cuda/byte_carver.h"
+#include "cuda/cuda_experts.h"
+#include "cuda/cuda_topk_weight_and_reduce.h"
+#include "cuda/device_guard.h"
+#include "cuda/grouped_gemm.h"
+#include "cuda/permute.h"
+#include "cuda/quantize.h"
+#include "cuda/reduce.h"
+#include "modmoe/quant.h"
+
+namespace modmoe::cuda {
+
+namespace {
+
+// How the intermediate flows from GEMM1 to GEMM2's operand for one config.
+//   fused gated, unquantized:  GEMM1 epilogue act(gate)*up -> a2 (in dtype)
+//   fused gated, fp8:          GEMM1 epilogue -> h fp32 (rows, N) -> quantize -> a2
+//   _no_mul, unquantized:      GEMM1 -> h fp32 (rows, N) -> act -> a2 (in dtype)
+//   _no_mul, fp8:              GEMM1 -> h fp32 -> act in place -> quantize -> a2
+//   unfused gated, unquant.:   GEMM1 -> h fp32 (rows, 2N) -> act_and_mul -> a2 (in dtype)
+//   unfused gated, fp8:        GEMM1 -> h fp32 (rows, 2N) -> act_and_mul -> act fp32 -> quantize
+struct MlpPlan {
+  bool gated = false;
+  bool fused = false;  // gated and computed in GEMM1's epilogue
+  bool quantized = false;
+  int64_t h_cols = 0;       // 0: GEMM1 writes a2 directly
+  bool act_buffer = false;  // an fp32 (rows, N) buffer between act_and_mul and quantize
+  DType a2_dtype = DType::bf16;
+};
+
+MlpPlan make_plan(const MoEConfig& c, bool fuse_gated) {
+  MlpPlan p;
+  p.gated = is_gated(c.activation);
+  p.fused = p.gated && fuse_gated;
+  p.quantized = c.quant.quantized();
+  const int64_t N = c.intermediate_size;
+  if (!p.gated) {
+    p.h_cols = N;
+  } else if (!p.fused) {
+    p.h_cols = 2 * N;
+  } else {
+    p.h_cols = p.quantized ? N : 0;
+  }
+  p.act_buffer = p.gated && !p.fused && p.quantized;
+  p.a2_dtype = p.quantized ? quantized_dtype(c.quant.scheme) : c.in_dtype;
+  return p;
+}
+
+// The intermediate buffers of `rows` packed rows.
+struct MlpBuffers {
+  float* h = nullptr;        // (rows, plan.h_cols) fp32
+  float* act = nullptr;      // (rows, N) fp32
+  void* a2 = nullptr;        // (rows, N) plan.a2_dtype
+  void* a2_scale = nullptr;  // act_scale_shape(scheme, rows, N), dynamic fp8 schemes only
+};
+
+// Takes the fp32 pieces from `c13` and the GEMM2 operand from `c2`.
+MlpBuffers carve_mlp(const MoEConfig& c, const MlpPlan& plan, int64_t rows, ByteCarver& c13,
+                     ByteCarver& c2) {
+  const int64_t N = c.intermediate_size;
+  MlpBuffers b;
+  if (plan.h_cols > 0) b.h = c13.take<float>(rows * plan.h_cols);
+  if (plan.act_buffer) b.act = c13.take<float>(rows * N);
+  b.a2 = c2.take_bytes(static_cast<size_t>(rows * N) * dtype_size(plan.a2_dtype));
+  if (plan.quantized && !c.quant.static_act_scale) {
+    const QuantScheme scheme = c.quant.scheme;
+    b.a2_scale = c2.take_bytes(static_cast<size_t>(shape_numel(act_scale_shape(scheme, rows, N))) *
+                               dtype_size(scale_dtype(scheme)));
+  }
+  return b;
+}
+
+// GEMM1's A operand and the row structure it runs over.
+struct Gemm1Input {
+  const void* a = nullptr;  // rows of K elements
+  const int32_t* a_row_index = nullptr;
+  const void* a_scale = nullptr;
+  const int32_t* m_indptr = nullptr;  // (E_local + 1) on the device
+  int64_t max_rows = 0;
+};
+
+// GEMM1 -> activation -> [quantize]. Afterwards buf.a2 holds GEMM2's operand for the rows
+// [0, m_indptr[E_local]); returns the scale GEMM2 must apply to it (null when unquantized).
+const void* run_gemm1_and_activation(const MoEConfig& c, const MlpPlan& plan,
+                                     const ExpertWeights& w, const Gemm1Input& in,
+                                     const MlpBuffers& buf, cudaStream_t stream) {
+  const int64_t N = c.intermediate_size, K = c.hidden_size, E_local = c.num_local_experts;
+  const QuantScheme scheme = c.quant.scheme;
+  const int32_t* num_rows = in.m_indptr + E_local;  // device: rows actually routed here
+
+  GroupedGemmArgs g;
+  g.A = in.a;
+  g.lda = K;
+  g.a_row_index = in.a_row_index;
+  g.B = w.w13.data();
+  g.ab_dtype = plan.quantized ? DType::fp8_e4m3 : c.in_dtype;
+  g.E = E_local;
+  g.N_b = c.w13_rows();
+  g.K = K;
+  g.m_indptr = in.m_indptr;
+  g.max_rows = in.max_rows;
+  g.scheme = scheme;
+  g.a_scale = in.a_scale;
+  g.b_scale = w.w13_scale.defined() ? w.w13_scale.data() : nullptr;
+  g.gated = plan.fused;
+  g.activation = c.activation;
+  g.gated_layout = c.gated_layout;
+  if (plan.h_cols == 0) {
+    g.D = buf.a2;
+    g.ldd = N;
+    g.d_dtype = c.in_dtype;
+  } else {
+    g.D = buf.h;
+    g.ldd = plan.h_cols;
+    g.d_dtype = DType::fp32;
+  }
+  grouped_gemm(g, stream);
+
+  // The fp32 rows the quantizer reads (when quantized).
+  const float* to_quantize = buf.h;
+  if (!plan.gated) {
+    // In place when a quantization follows; into GEMM2's operand otherwise.
+    void* out = plan.quantized ? static_cast<void*>(buf.h) : buf.a2;
+    activation_no_mul(c.activation, buf.h, DType::fp32, N, out,
+                      plan.quantized ? DType::fp32 : c.in_dtype, N, in.max_rows, num_rows, N,
+                      stream);
+  } else if (!plan.fused) {
+    void* out = plan.quantized ? static_cast<void*>(buf.act) : buf.a2;
+    activation_and_mul(c.activation, c.gated_layout, buf.h, DType::fp32, 2 * N, out,
+                       plan.quantized ? DType::fp32 : c.in_dtype, N, in.max_rows, num_rows, N,
+                       stream);
+    to_quantize = buf.act;
+  }
+  if (!plan.quantized) return nullptr;
+
+  // One dynamic per-tensor scale per apply call (per chunk), over the routed rows only.
+  void* scale = c.quant.static_act_scale ? w.a2_scale.data() : buf.a2_scale;
+  quantize_rows(to_quantize, DType::fp32, N, in.max_rows, num_rows, N, scheme,
+                c.quant.static_act_scale, static_cast<uint8_t*>(buf.a2), scale, stream);
+  return scale;
+}
+
+// GEMM2's arguments common to both experts (row structure and output set by the caller).
+GroupedGemmArgs gemm2_args(const MoEConfig& c, const MlpPlan& plan, const ExpertWeights& w,
+                           const MlpBuffers& buf, const void* a2_scale) {
+  GroupedGemmArgs g;
+  g.A = buf.a2;
+  g.lda = c.intermediate_size;
+  g.B = w.w2.data();
+  g.ab_dtype = plan.quantized ? DType::fp8_e4m3 : c.in_dtype;
+  g.E = c.num_local_experts;
+  g.N_b = c.hidden_size;
+  g.K = c.intermediate_size;
+  g.scheme = c.quant.scheme;
+  g.a_scale = a2_scale;
+  g.b_scale = w.w2_scale.defined() ? w.w2_scale.data() : nullptr;
+  g.gated = false;
+  g.D = nullptr;
+  g.ldd = c.hidden_size;
+  g.d_dtype = DType::fp32;
+  return g;
+}
+
+void check_config(const char* name, const MoEConfig& c) {
+  MODMOE_CHECK(c.in_dtype == DType::bf16 || c.in_dtype == DType::fp16 ||
+               (c.in_dtype == DType::fp32 && c.quant.quantized()))
+      << name << ": in_dtype must be bf16 or fp16 (fp32 only with an fp8 scheme: the tensor-core "
+      << "GEMM has no fp32 operands), got " << dtype_name(c.in_dtype) << " with " << c.quant.str();
+  MODMOE_CHECK(c.num_local_experts >= 1 && c.hidden_size >= 1 && c.intermediate_size >= 1 &&
+               c.topk >= 1)
+      << name << ": the config must have E_local, K, N, topk >= 1, got [" << c.str() << "]";
+}
+
+void check_workspace(const char* fn, const char* arg, const Tensor& ws, size_t bytes,
+                     Device device) {
+  MODMOE_CHECK(ws.defined() && ws.nbytes() >= bytes && ws.device() == device && ws.is_contiguous())
+      << fn << ": " << arg << " must be a contiguous buffer of >= " << bytes << " bytes on "
+      << device.str() << " (as workspace_shapes() declared), got " << ws.describe();
+}
+
+// Input checks shared by both experts; `a1q_rows` is the row shape of the activations
+// ((M) standard, (E_local, T) batched).
+void check_apply_inputs(const char* fn, const Context& ctx, const MoEConfig& c, const ApplyArgs& a,
+                        const Shape& a1q_rows) {
+  check_context_device(fn, ctx, DeviceType::cuda);
+  MODMOE_CHECK(a.weights != nullptr) << fn << ": weights must not be null";
+  check_expert_weights(fn, *a.weights, c, ctx.device);
+  const DType in = c.quant.quantized() ? DType::fp8_e4m3 : c.in_dtype;
+  Shape shape = a1q_rows;
+  shape.push_back(c.hidden_size);
+  check_tensor(fn, "hidden_states", a.hidden_states, {in}, shape,
+               a1q_rows.size() == 1 ? "(M, K)" : "(E_local, max_tokens, K)", ctx.device);
+  if (c.quant.quantized()) {
+    const QuantScheme scheme = c.quant.scheme;
+    if (c.quant.static_act_scale || scheme == QuantScheme::fp8_tensor) {
+      check_scale(fn, "a1q_scale", a.a1q_scale, scheme, {1}, ctx.device);
+    } else {
+      const int64_t rows = shape_numel(a1q_rows);
+      Shape scale_shape = a1q_rows;
+      scale_shape.push_back(act_scale_shape(scheme, rows, c.hidden_size).back());
+      check_scale(fn, "a1q_scale", a.a1q_scale, scheme, scale_shape, ctx.device);
+    }
+    if (c.quant.static_act_scale)
+      check_tensor(fn, "weights.a2_scale", a.weights->a2_scale, {DType::fp32}, {1},
+                   "(static per-tensor)", ctx.device);
+  }
+}
+
+// ---- CudaExperts layout ------------------------------------------------------------------
+
+struct StandardLayout {
+  PermuteWorkspace perm;
+  MlpBuffers mlp;
+  float* y = nullptr;  // (P, K) fp32
+  size_t ws13_bytes = 0, ws2_bytes = 0;
+};
+
+StandardLayout standard_layout(const MoEConfig& c, const MlpPlan& plan, int64_t M, void* ws13,
+                               void* ws2) {
+  const int64_t pairs = M * c.topk;
+  StandardLayout l;
+  ByteCarver c2(ws2), c13(ws13), c_y(ws13);
+  l.perm = PermuteWorkspace::carve(c2, pairs, c.num_local_experts);
+  l.mlp = carve_mlp(c, plan, pairs, c13, c2);
+  l.y = c_y.take<float>(pairs * c.hidden_size);  // aliases h/act: written after they are dead
+  l.ws13_bytes = std::max(c13.size(), c_y.size());
+  l.ws2_bytes = c2.size();
+  return l;
+}
+
+// ---- BatchedCudaExperts layout -----------------------------------------------------------
+
+struct BatchedLayout {
+  int32_t* counts = nullptr;             // (E_local) clamped expert_num_tokens
+  int32_t* m_indptr = nullptr;           // (E_local + 1) over the packed rows
+  int32_t* packed_to_batched = nullptr;  // (R)
+  int32_t* batched_to_packed = nullptr;  // (E_local * T)
+  MlpBuffers mlp;
+  int64_t packed_rows = 0;  // R
+  size_t ws13_bytes = 0, ws2_bytes = 0;
+};
+
+BatchedLayout batched_layout(const MoEConfig& c, const MlpPlan& plan, int64_t T, void* ws13,
+                             void* ws2) {
+  const int64_t E_local = c.num_local_experts;
+  BatchedLayout l;
+  // Every dispatched pair is one row: at most T tokens each bring <= topk pairs, and no expert
+  // takes more than T of them.
+  l.packed_rows = T * std::min(E_local, c.topk);
+  ByteCarver c2(ws2), c13(ws13);
+  l.counts = c2.take<int32_t>(E_local);
+  l.m_indptr = c2.take<int32_t>(E_local + 1);
+  l.packed_to_batched = c2.take<int32_t>(l.packed_rows);
+  l.batched_to_packed = c2.take<int32_t>(E_local * T);
+  l.mlp = carve_mlp(c, plan, l.packed_rows, c13, c2);
+  l.ws13_bytes = c13.size();
+  l.ws2_bytes = c2.size();
+  return l;
+}
+
+WorkspaceShapes byte_workspaces(size_t ws13_bytes, size_t ws2_bytes, Shape output,
+                                DType output_dtype) {
+  WorkspaceShapes s;
+  s.workspace13 = {static_cast<int64_t>(ws13_bytes)};
+  s.workspace2 = {static_cast<int64_t>(ws2_bytes)};
+  s.workspace_dtype = DType::uint8;
+  s.output = std::move(output);
+  s.output_dtype = output_dtype;
+  return s;
+}
+
+}  // namespace
+
+// ---- CudaExperts -----------------------------------------------------------------------------
+
+CudaExperts::CudaExperts(const MoEConfig& config, bool fuse_gated_activation)
+    : Experts(config), fuse_gated_activation_(fuse_gated_activation) {
+  check_config("CudaExperts", config);
+}
+
+WorkspaceShapes CudaExperts::workspace_shapes(int64_t M, int64_t, int64_t K, int64_t, int64_t,
+                                              int64_t, const ExpertTokensMetadata*) const {
+  const MoEConfig& c = config();
+  const StandardLayout l =
+      standard_layout(c, make_plan(c, fuse_gated_activation_), M, nullptr, nullptr);
+  return byte_workspaces(l.ws13_bytes, l.ws2_bytes, {M, K}, c.in_dtype);
+}
+
+TopKWeightAndReducePtr CudaExperts::finalize_weight_and_reduce_impl() const {
+  return std::make_shared<TopKWeightAndReduceNoOp>();
+}
+
+void CudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
+  static constexpr const char* kFn = "CudaExperts::apply";
+  const MoEConfig& c = config();
+  MODMOE_CHECK(a.hidden_states.defined() && a.hidden_states.ndim() == 2)
+      << kFn << ": hidden_states must be 2-D (M, K), got " << a.hidden_states.describe();
+  const int64_t M = a.hidden_states.size(0), K = c.hidden_size, topk = c.topk;
+  check_apply_inputs(kFn, ctx, c, a, {M});
+  check_tensor(kFn, "output", a.output, {c.in_dtype}, {M, K}, "(M, K)", ctx.device);
+  check_tensor(kFn, "topk_ids", a.topk_ids, {DType::int32, DType::int64}, {M, topk}, "(M, topk)",
+               ctx.device);
+  if (!a.apply_router_weight_on_input)
+    check_tensor(kFn, "topk_weights", a.topk_weights, {DType::fp32}, {M, topk}, "(M, topk)",
+                 ctx.device);
+  MODMOE_CHECK(!a.apply_router_weight_on_input || topk == 1)
+      << kFn << ": apply_router_weight_on_input requires topk == 1, got topk = " << topk;
+  const int64_t E = a.global_num_experts > 0 ? a.global_num_experts : c.num_experts;
+  if (a.expert_map.defined()) {
+    check_tensor(kFn, "expert_map", a.expert_map, {DType::int32}, {E}, "(E)", ctx.device);
+  } else {
+    MODMOE_CHECK(c.num_local_experts == E)
+        << kFn << ": expert_map is required when the weights hold a subset of the experts "
+        << "(E_local = " << c.num_local_experts << ", E = " << E << ")";
+  }
+  if (M == 0) return;
+
+  // The device first: CUB's scratch size (queried while carving) is the current device's.
+  DeviceGuard guard(ctx.device.index);
+  const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
+  const MlpPlan plan = make_plan(c, fuse_gated_activation_);
+  const StandardLayout need = standard_layout(c, plan, M, nullptr, nullptr);
+  check_workspace(kFn, "workspace13", a.workspace13, need.ws13_bytes, ctx.device);
+  check_workspace(kFn, "workspace2", a.workspace2, need.ws2_bytes, ctx.device);
+  const StandardLayout l = standard_layout(c, plan, M, a.workspace13.data(), a.workspace2.data());
+
+  // 1. Permute: rows grouped by local expert, token order within an expert.
+  PermuteArgs p;
+  p.topk_ids = a.topk_ids.data();
+  p.ids_dtype = a.topk_ids.dtype();
+  p.num_tokens = M;
+  p.topk = topk;
+  p.expert_map = a.expert_map.defined() ? a.expert_map.data_ptr<int32_t>() : nullptr;
+  p.num_experts = E;
+  p.num_local_experts = c.num_local_experts;
+  permute(p, l.perm, stream);
+
+  // 2. GEMM1 (gathering the token rows) -> activation -> [quantize].
+  Gemm1Input in;
+  in.a = a.hidden_states.data();
+  in.a_row_index = l.perm.sorted_token;
+  in.a_scale = a.a1q_scale.defined() ? a.a1q_scale.data() : nullptr;
+  in.m_indptr = l.perm.m_indptr;
+  in.max_rows = M * topk;
+  const void* a2_scale = run_gemm1_and_activation(c, plan, *a.weights, in, l.mlp, stream);
+
+  // 3. GEMM2 over the same rows into y (P, K) fp32.
+  GroupedGemmArgs g2 = gemm2_args(c, plan, *a.weights, l.mlp, a2_scale);
+  g2.m_indptr = l.perm.m_indptr;
+  g2.max_rows = M * topk;
+  g2.D = l.y;
+  grouped_gemm(g2, stream);
+
+  // 4. Unpermute + top-k weight + reduce: out[t] = sum_k w[t, k] * y[row_of_pair[t, k]].
+  WeightedReduceArgs r;
+  r.src = l.y;
+  r.src_dtype = DType::fp32;
+  r.src_ld = K;
+  r.pair_row = l.perm.row_of_pair;
+  r.topk_weights = a.apply_router_weight_on_input ? nullptr : a.topk_weights.data_ptr<float>();
+  r.M = M;
+  r.topk = topk;
+  r.K = K;
+  r.out = a.output.data();
+  r.out_dtype = a.output.dtype();
+  r.out_ld = K;
+  weighted_reduce(r, stream);
+}
+
+// ---- BatchedCudaExperts ----------------------------------------------------------------------
+
+BatchedCudaExperts::BatchedCudaExperts(const MoEConfig& config, int num_dispatchers,
+                                       bool fuse_gated_activation)
+    : Experts(config),
+      num_dispatchers_(num_dispatchers),
+      fuse_gated_activation_(fuse_gated_activation) {
+  check_config("BatchedCudaExperts", config);
+  MODMOE_CHECK(config.max_num_tokens > 0)
+      << "BatchedCudaExperts: config.max_num_tokens must be > 0, got " << config.max_num_tokens;
+  MODMOE_CHECK(num_dispatchers >= 1)
+      << "BatchedCudaExperts: num_dispatchers must be >= 1, got " << num_dispatchers;
+}
+
+WorkspaceShapes BatchedCudaExperts::workspace_shapes(int64_t, int64_t, int64_t K, int64_t, int64_t,
+                                                     int64_t local_num_experts,
+                                                     const ExpertTokensMetadata*) const {
+  const MoEConfig& c = config();
+  const int64_t T = c.max_num_tokens * num_dispatchers_;
+  const BatchedLayout l =
+      batched_layout(c, make_plan(c, fuse_gated_activation_), T, nullptr, nullptr);
+  return byte_workspaces(l.ws13_bytes, l.ws2_bytes, {local_num_experts, T, K}, DType::fp32);
+}
+
+TopKWeightAndReducePtr BatchedCudaExperts::finalize_weight_and_reduce_impl() const {
+  return std::make_shared<TopKWeightAndReduceDelegate>();
+}
+
+void BatchedCudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
+  static constexpr const char* kFn = "BatchedCudaExperts::apply";
+  const MoEConfig& c = config();
+  const int64_t E_local = c.num_local_experts, K = c.hidden_size;
+  const int64_t T = c.max_num_tokens * num_dispatchers_;
+  check_apply_inputs(kFn, ctx, c, a, {E_local, T});
+  MODMOE_CHECK(a.expert_tokens_meta != nullptr)
+      << kFn << ": expert_tokens_meta (expert_num_tokens) is required for batched inputs";
+  check_tensor(kFn, "expert_num_tokens", a.expert_tokens_meta->expert_num_tokens, {DType::int32},
+               {E_local}, "(E_local)", ctx.device);
+  check_tensor(kFn, "output", a.output, {DType::fp32}, {E_local, T, K}, "(E_local, max_tokens, K)",
+               ctx.device);
+
+  const MlpPlan plan = make_plan(c, fuse_gated_activation_);
+  const BatchedLayout need = batched_layout(c, plan, T, nullptr, nullptr);
+  check_workspace(kFn, "workspace13", a.workspace13, need.ws13_bytes, ctx.device);
+  check_workspace(kFn, "workspace2", a.workspace2, need.ws2_bytes, ctx.device);
+  const BatchedLayout l = batched_layout(c, plan, T, a.workspace13.data(), a.workspace2.data());
+
+  DeviceGuard guard(ctx.device.index);
+  const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
+
+  // 1. Pack the valid rows: m_indptr over the counts, and the maps both ways.
+  batched_pack_indices(a.expert_tokens_meta->expert_num_tokens.data_ptr<int32_t>(), E_local, T,
+                       l.packed_rows, l.counts, l.m_indptr, l.packed_to_batched,
+                       l.batched_to_packed, stream);
+
+  // 2. GEMM1 over the packed rows, gathering from (E_local, T, K) -> activation -> [quantize].
+  Gemm1Input in;
+  in.a = a.hidden_states.data();
+  in.a_row_index = l.packed_to_batched;
+  in.a_scale = a.a1q_scale.defined() ? a.a1q_scale.data() : nullptr;
+  in.m_indptr = l.m_indptr;
+  in.max_rows = l.packed_rows;
+  const void* a2_scale = run_gemm1_and_activation(c, plan, *a.weights, in, l.mlp, stream);
+
+  // 3. GEMM2 in batched mode: logical row e * T + i (i < counts[e]) reads packed row
+  //    batched_to_packed[e * T + i] and is written to output row e * T + i.
+  GroupedGemmArgs g2 = gemm2_args(c, plan, *a.weights, l.mlp, a2_scale);
+  g2.a_row_index = l.batched_to_packed;
+  g2.expert_num_tokens = l.counts;
+  g2.batch_rows = T;
+  g2.max_rows = l.packed_rows;  // bounds the sum of the (clamped) counts
+  g2.D = a.output.data();
+  grouped_gemm(g2, stream);
+}
+
+}  // namespace modmoe::cuda

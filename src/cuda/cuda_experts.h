@@ -1,0 +1,71 @@
+// The CUDA experts on the portable grouped GEMM (src/cuda/grouped_gemm.h). Both run, over rows
+// grouped by local expert and known only on the device:
+//
+//   GEMM1 (w13) [+ act(gate)*up in its epilogue] -> [activation kernel (_no_mul / unfused)]
+//   -> [quantize_rows (fp8 schemes), bounded by the device row count] -> GEMM2 (w2)
+//
+// Intermediates: GEMM1 writes fp32 whenever a quantization or an activation kernel follows
+// (so the fp8 scale of the intermediate sees the same fp32 values as the CPU reference); when
+// nothing follows (unquantized, fused gated) it writes GEMM2's bf16/fp16 input directly, which
+// is the one rounding GEMM2's operand needs anyway. GEMM2 accumulates and writes fp32.
+// Every buffer is declared in workspace_shapes() (uint8 byte workspaces, carved at 256-byte
+// alignment); apply() never allocates, never synchronizes, and launches only on ctx.stream.
+#pragma once
+
+#include "modmoe/experts.h"
+
+namespace modmoe::cuda {
+
+// Standard format. permute (CUB stable sort) -> GEMM1 gathering A rows through the permute's
+// row map -> ... -> GEMM2 into (rows, K) fp32 -> unpermute + top-k weight + reduce in fixed k
+// order, writing (M, K) in the input dtype itself: finalize_weight_and_reduce_impl is NoOp.
+// Supports expert_map (pairs of other ranks' experts are skipped) and chunking (a dynamic
+// per-tensor intermediate scale is then one per chunk, as on the CPU).
+class CudaExperts final : public Experts {
+ public:
+  // fuse_gated_activation = false runs the gated activation as its own kernel after a plain
+  // GEMM1 into a 2N-wide fp32 buffer (the unfused path: tests and A/B measurements).
+  explicit CudaExperts(const MoEConfig& config, bool fuse_gated_activation = true);
+  std::string name() const override { return "CudaExperts"; }
+  std::pair<ActivationFormat, ActivationFormat> activation_formats() const override {
+    return {ActivationFormat::Standard, ActivationFormat::Standard};
+  }
+  bool supports_expert_map() const override { return true; }
+  bool supports_chunking() const override { return true; }
+  WorkspaceShapes workspace_shapes(int64_t M, int64_t N, int64_t K, int64_t topk,
+                                   int64_t global_num_experts, int64_t local_num_experts,
+                                   const ExpertTokensMetadata* meta) const override;
+  TopKWeightAndReducePtr finalize_weight_and_reduce_impl() const override;
+  void apply(const Context& ctx, const ApplyArgs& args) override;
+
+ private:
+  bool fuse_gated_activation_;
+};
+
+// Batched format: (E_local, max_tokens, K) inputs with expert_num_tokens on the device. The
+// valid rows of all experts are packed (a device prefix sum over the counts) and run through
+// the same pipeline; GEMM2 writes straight into the (E_local, max_tokens, K) fp32 output,
+// only rows below each count. Rows past expert_num_tokens[e] are never read nor written.
+// finalize_weight_and_reduce_impl is Delegate (the P/F's NaiveBatched).
+class BatchedCudaExperts final : public Experts {
+ public:
+  explicit BatchedCudaExperts(const MoEConfig& config, int num_dispatchers = 1,
+                              bool fuse_gated_activation = true);
+  std::string name() const override { return "BatchedCudaExperts"; }
+  std::pair<ActivationFormat, ActivationFormat> activation_formats() const override {
+    return {ActivationFormat::Batched, ActivationFormat::Batched};
+  }
+  bool supports_expert_map() const override { return true; }
+  bool supports_chunking() const override { return false; }
+  WorkspaceShapes workspace_shapes(int64_t M, int64_t N, int64_t K, int64_t topk,
+                                   int64_t global_num_experts, int64_t local_num_experts,
+                                   const ExpertTokensMetadata* meta) const override;
+  TopKWeightAndReducePtr finalize_weight_and_reduce_impl() const override;
+  void apply(const Context& ctx, const ApplyArgs& args) override;
+
+ private:
+  int num_dispatchers_;
+  bool fuse_gated_activation_;
+};
+
+}  // namespace modmoe::cuda

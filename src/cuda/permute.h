@@ -1,0 +1,65 @@
+// The permute step on the device: groups the (token, k) pairs of a routing by local expert.
+//
+// Pair p = t * topk + k is routed to local expert e = expert_map[topk_ids[t, k]] (or the id
+// itself without a map). A stable radix sort on e (CUB) puts the pairs of expert 0 first, then
+// expert 1, ..., each expert's pairs in pair order (= token order, the order the CPU reference
+// and NaiveBatched use), and the pairs of no local expert last. From that order:
+//
+//   m_indptr[e]     (E_local + 1) rows of expert e are [m_indptr[e], m_indptr[e+1]);
+//                   m_indptr[E_local] = number of local pairs
+//   sorted_pair[r]  pair of row r (rows >= m_indptr[E_local]: the non-local pairs)
+//   sorted_expert[r] local expert of row r (E_local for the non-local tail)
+//   sorted_token[r] token of row r = sorted_pair[r] / topk: the A row of the fused gather
+//   row_of_pair[p]  the inverse: row of pair p, -1 when p is not routed to a local expert
+//
+// Everything stays on the device and nothing synchronizes: CUB's scratch size is a host-side
+// query (no device work), and the scratch itself is part of the workspace.
+// Ids outside [0, E) and map entries outside [0, E_local) count as "not local": the kernels
+// never index out of bounds on bad routing (the CPU path rejects it with an error instead).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/byte_carver.h"
+#include "modmoe/dtype.h"
+
+namespace modmoe::cuda {
+
+// The permute's arrays, carved from a byte workspace. With a null-base carver only the size
+// is counted (the pointers stay null).
+struct PermuteWorkspace {
+  static PermuteWorkspace carve(ByteCarver& carver, int64_t num_pairs, int64_t num_local_experts);
+
+  int64_t num_pairs = 0;
+  int64_t num_local_experts = 0;
+  // Outputs.
+  int32_t* m_indptr = nullptr;       // (E_local + 1)
+  int32_t* sorted_pair = nullptr;    // (num_pairs)
+  int32_t* sorted_expert = nullptr;  // (num_pairs)
+  int32_t* sorted_token = nullptr;   // (num_pairs)
+  int32_t* row_of_pair = nullptr;    // (num_pairs)
+  // Scratch.
+  uint32_t* keys = nullptr;     // (num_pairs) unsorted local expert per pair
+  int32_t* pair_ids = nullptr;  // (num_pairs) 0, 1, ..., num_pairs - 1
+  void* sort_temp = nullptr;    // CUB DeviceRadixSort scratch
+  size_t sort_temp_bytes = 0;
+  int sort_end_bit = 1;  // keys are in [0, E_local]: only these low bits are sorted
+};
+
+struct PermuteArgs {
+  const void* topk_ids = nullptr;  // (num_tokens, topk) int32 or int64, global expert ids
+  DType ids_dtype = DType::int32;
+  int64_t num_tokens = 0;
+  int64_t topk = 0;
+  const int32_t* expert_map = nullptr;  // (num_experts) global -> local, -1 = not here; or null
+  int64_t num_experts = 0;              // E
+  int64_t num_local_experts = 0;        // E_local
+};
+
+// Fills the outputs of `ws` (carved for num_tokens * topk pairs and E_local experts).
+void permute(const PermuteArgs& args, const PermuteWorkspace& ws, cudaStream_t stream);
+
+}  // namespace modmoe::cuda

@@ -1,0 +1,604 @@
+// Activation quantization on the device (src/cuda/quantize.h) and the CUDA versions of the
+// public quantize_activations / dequantize_activations (src/cuda/ops.h).
+//
+// Every result is bit-identical to the CPU quantizer (src/cpu/quant_rows.h): the same amax
+// (a max over the |x| bit patterns, NaN-propagating), the same scale arithmetic (one correctly
+// rounded fp32 division), q = e4m3_rne_satfinite(x / scale) with a correctly rounded division,
+// and NaN codes that keep their sign. The tests compare codes and scales byte for byte.
+//
+// Layout of the work: one thread block per row (a grid-stride loop over rows), each thread
+// taking 8 consecutive elements per step (one 16-byte load of bf16/fp16) so that a group of
+// 128 columns is 16 neighbouring lanes and an MX group of 32 is 4: group amaxes are warp
+// shuffles, with no shared memory and no atomics. The per-tensor amax is the one reduction
+// across blocks: an integer atomicMax on the |x| bits, exact and order-independent.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "cuda/device_guard.h"
+#include "cuda/ops.h"
+#include "cuda/quantize.h"
+#include "modmoe/error.h"
+
+namespace modmoe::cuda {
+namespace {
+
+constexpr int kChunk = 8;         // elements per thread per step
+constexpr int kMaxThreads = 256;  // threads per block (rows shorter than 256 * 8 use fewer)
+constexpr int kMaxWarps = kMaxThreads / 32;
+constexpr uint32_t kQuietNaNBits = 0x7fc00000u;  // std::numeric_limits<float>::quiet_NaN()
+
+// ---- element codecs: device twins of src/cpu/quant_rows.h ----------------------------------
+
+__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+// amax / 448, 1 for an all-zero group, NaN for inf/NaN, the smallest subnormal on underflow.
+__device__ __forceinline__ float fp8_scale_for_amax(float amax) {
+  if (!isfinite(amax)) return __uint_as_float(kQuietNaNBits);
+  if (amax == 0.0f) return 1.0f;
+  const float scale = __fdiv_rn(amax, 448.0f);
+  return scale > 0.0f ? scale : __uint_as_float(1u);
+}
+
+// e8m0 code of 2^(floor(log2(amax)) - 8), clamped at 0; 0xff (NaN) for inf/NaN.
+__device__ __forceinline__ uint8_t mx_scale_code_for_amax(float amax) {
+  const uint32_t bits = abs_bits(amax);
+  if (bits >= 0x7f800000u) return 0xff;
+  const int biased_exponent = static_cast<int>(bits >> 23);
+  return static_cast<uint8_t>(biased_exponent > 8 ? biased_exponent - 8 : 0);
+}
+
+__device__ __forceinline__ float e8m0_value(uint8_t code) {
+  if (code == 0xff) return __uint_as_float(kQuietNaNBits);
+  return code == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(uint32_t{code} << 23);
+}
+
+// The value of an e4m3 code, exactly as the CPU's table (NaN codes keep their sign).
+__device__ __forceinline__ float e4m3_value(uint8_t code) {
+  const uint32_t sign = uint32_t{code & 0x80u} << 24;
+  const uint32_t exponent = (code >> 3) & 0xfu, mantissa = code & 0x7u;
+  if ((code & 0x7fu) == 0x7fu) return __uint_as_float(sign | kQuietNaNBits);
+  const float magnitude = exponent == 0
+                              ? __fmul_rn(static_cast<float>(mantissa), 0.001953125f)  // m * 2^-9
+                              : __uint_as_float(((exponent + 120u) << 23) | (mantissa << 20));
+  return __uint_as_float(__float_as_uint(magnitude) | sign);
+}
+
+// The e4m3 codes of x0 / scale and x1 / scale (x0's in the low byte): correctly rounded
+// division, then RNE with finite saturation by the hardware conversion. A NaN quotient gets
+// the sign the CPU's gives it: x86 division returns its NaN operand (x if x is NaN, else the
+// scale), while the GPU returns one canonical NaN.
+__device__ __forceinline__ uint32_t e4m3_nan_code(float x, float scale) {
+  return ((__float_as_uint(isnan(x) ? x : scale) >> 24) & 0x80u) | 0x7fu;
+}
+
+__device__ __forceinline__ uint32_t e4m3_pair(float x0, float x1, float scale) {
+  const float q0 = __fdiv_rn(x0, scale), q1 = __fdiv_rn(x1, scale);
+  uint32_t codes = __nv_cvt_float2_to_fp8x2(make_float2(q0, q1), __NV_SATFINITE, __NV_E4M3);
+  if (isnan(q0)) codes = (codes & 0xff00u) | e4m3_nan_code(x0, scale);
+  if (isnan(q1)) codes = (codes & 0x00ffu) | (e4m3_nan_code(x1, scale) << 8);
+  return codes;
+}
+
+// float -> bf16 / fp16 / fp32 bits as modmoe/numeric.h rounds them (RNE).
+__device__ __forceinline__ uint16_t bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+__device__ __forceinline__ void from_float(float v, float* out) { *out = v; }
+__device__ __forceinline__ void from_float(float v, __nv_bfloat16* out) {
+  *reinterpret_cast<uint16_t*>(out) = bf16_bits(v);
+}
+__device__ __forceinline__ void from_float(float v, __half* out) { *out = __float2half_rn(v); }
+
+// ---- chunks of 8 elements ---------------------------------------------------------------------
+
+// v = row[k0, k0 + 8) as fp32, zeros past K. `vectorized`: the chunk is whole and 16-byte
+// aligned (checked on the host), so it is one or two 16-byte loads.
+template <typename T>
+__device__ __forceinline__ void load_chunk(const T* row, int64_t k0, int64_t K, bool vectorized,
+                                           float (&v)[kChunk]) {
+  if (vectorized) {
+    constexpr int kPerVector = 16 / sizeof(T);
+    const uint4* src = reinterpret_cast<const uint4*>(row + k0);
+#pragma unroll
+    for (int i = 0; i < kChunk / kPerVector; ++i) {
+      const uint4 raw = src[i];
+      const T* elements = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < kPerVector; ++j) v[i * kPerVector + j] = to_float(elements[j]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) v[j] = k0 + j < K ? to_float(row[k0 + j]) : 0.0f;
+  }
+}
+
+__device__ __forceinline__ uint32_t chunk_amax_bits(const float (&v)[kChunk]) {
+  uint32_t amax = 0;
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j) amax = max(amax, abs_bits(v[j]));
+  return amax;
+}
+
+// q[k0, k0 + 8) = e4m3(v / scale), stopping at K; one 8-byte store when `vectorized`.
+__device__ __forceinline__ void quantize_chunk(const float (&v)[kChunk], float scale,
+                                               uint8_t* q_row, int64_t k0, int64_t K,
+                                               bool vectorized) {
+  uint32_t pairs[kChunk / 2];
+#pragma unroll
+  for (int j = 0; j < kChunk / 2; ++j) {
+    pairs[j] = e4m3_pair(v[2 * j], v[2 * j + 1], scale);
+  }
+  if (vectorized) {
+    *reinterpret_cast<uint2*>(q_row + k0) =
+        make_uint2(pairs[0] | (pairs[1] << 16), pairs[2] | (pairs[3] << 16));
+  } else {
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      if (k0 + j < K) q_row[k0 + j] = static_cast<uint8_t>(pairs[j / 2] >> (8 * (j % 2)));
+    }
+  }
+}
+
+// ---- reductions -------------------------------------------------------------------------------
+
+// Max over the block, returned to every thread. Every thread of the block must call it.
+__device__ uint32_t block_max(uint32_t v, uint32_t (&scratch)[kMaxWarps]) {
+  v = __reduce_max_sync(0xffffffffu, v);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  uint32_t result = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) result = max(result, scratch[w]);
+  __syncthreads();  // scratch is free again for the next call
+  return result;
+}
+
+// Max over aligned groups of `lanes` (a power of two <= 32) neighbouring lanes.
+__device__ __forceinline__ uint32_t lane_group_max(uint32_t v, int lanes) {
+  for (int offset = lanes / 2; offset > 0; offset /= 2) {
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// Rows to process: the capacity, or *num_rows (clamped to [0, capacity]) when given.
+__device__ __forceinline__ int64_t rows_to_process(int64_t capacity, const int32_t* num_rows) {
+  if (num_rows == nullptr) return capacity;
+  const int64_t n = *num_rows;
+  return n < 0 ? 0 : (n < capacity ? n : capacity);
+}
+
+// ---- kernels ----------------------------------------------------------------------------------
+
+struct QuantizeParams {
+  const void* x;
+  int64_t ldx;
+  int64_t rows;             // capacity
+  const int32_t* num_rows;  // optional device bound
+  int64_t K;
+  QuantScheme scheme;
+  const float* tensor_scale;  // fp8_tensor: the scale to use (static, or computed before)
+  uint8_t* q;
+  void* scale;  // per-row schemes: written
+  bool vectorized;
+};
+
+// |x| max over the rows into *amax_bits (which the host zeroed first).
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads)
+    tensor_amax_kernel(QuantizeParams p, uint32_t* amax_bits) {
+  __shared__ uint32_t scratch[kMaxWarps];
+  const int64_t rows = rows_to_process(p.rows, p.num_rows);
+  const int64_t step = int64_t{blockDim.x} * kChunk;
+  uint32_t amax = 0;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* x = static_cast<const T*>(p.x) + row * p.ldx;
+    for (int64_t k0 = int64_t{threadIdx.x} * kChunk; k0 < p.K; k0 += step) {
+      float v[kChunk];
+      load_chunk(x, k0, p.K, p.vectorized, v);
+      amax = max(amax, chunk_amax_bits(v));
+    }
+  }
+  amax = block_max(amax, scratch);
+  // |x| bits order like the values (NaN above inf), so an integer max is the float max.
+  if (threadIdx.x == 0 && amax != 0) atomicMax(amax_bits, amax);
+}
+
+// scale[0]: the amax bits left by tensor_amax_kernel -> the per-tensor scale.
+__global__ void tensor_scale_from_amax_kernel(float* scale) {
+  scale[0] = fp8_scale_for_amax(scale[0]);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads) quantize_rows_kernel(QuantizeParams p) {
+  __shared__ uint32_t scratch[kMaxWarps];
+  const int64_t rows = rows_to_process(p.rows, p.num_rows);
+  const int64_t K = p.K;
+  const int64_t step = int64_t{blockDim.x} * kChunk;
+  const bool grouped = p.scheme == QuantScheme::fp8_block || p.scheme == QuantScheme::mxfp8;
+  const int64_t group_size = p.scheme == QuantScheme::fp8_block ? kBlockSize : kMxBlockSize;
+  const int64_t groups_per_row = (K + group_size - 1) / group_size;
+
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* x = static_cast<const T*>(p.x) + row * p.ldx;
+    uint8_t* q = p.q + row * K;
+
+    float row_scale = 0.0f;  // the scale of every element of the row, except for groups
+    if (p.scheme == QuantScheme::fp8_tensor) {
+      row_scale = *p.tensor_scale;
+    } else if (p.scheme == QuantScheme::fp8_token) {
+      uint32_t amax = 0;
+      for (int64_t k0 = int64_t{threadIdx.x} * kChunk; k0 < K; k0 += step) {
+        float v[kChunk];
+        load_chunk(x, k0, K, p.vectorized, v);
+        amax = max(amax, chunk_amax_bits(v));
+      }
+      row_scale = fp8_scale_for_amax(__uint_as_float(block_max(amax, scratch)));
+      if (threadIdx.x == 0) static_cast<float*>(p.scale)[row] = row_scale;
+    }
+
+    // Every thread takes the same number of steps (inactive ones hold zeros), so the group
+    // shuffles below always have the whole warp. A step starts at a multiple of 256 columns
+    // and lane l holds columns [8l, 8l + 8) of it: a group of 128 (32) columns is exactly 16
+    // (4) aligned lanes.
+    for (int64_t base = 0; base < K; base += step) {
+      const int64_t k0 = base + int64_t{threadIdx.x} * kChunk;
+      const bool active = k0 < K;
+      float v[kChunk];
+      if (active) {
+        load_chunk(x, k0, K, p.vectorized, v);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) v[j] = 0.0f;
+      }
+      float scale = row_scale;
+      if (grouped) {
+        const float amax = __uint_as_float(
+            lane_group_max(chunk_amax_bits(v), static_cast<int>(group_size / kChunk)));
+        const bool writes_scale = active && k0 % group_size == 0;
+        const int64_t scale_index = row * groups_per_row + k0 / group_size;
+        if (p.scheme == QuantScheme::fp8_block) {
+          scale = fp8_scale_for_amax(amax);
+          if (writes_scale) static_cast<float*>(p.scale)[scale_index] = scale;
+        } else {
+          const uint8_t code = mx_scale_code_for_amax(amax);
+          scale = e8m0_value(code);
+          if (writes_scale) static_cast<uint8_t*>(p.scale)[scale_index] = code;
+        }
+      }
+      if (active) quantize_chunk(v, scale, q, k0, K, p.vectorized);
+    }
+  }
+}
+
+struct DequantizeParams {
+  const uint8_t* q;
+  const void* scale;
+  int64_t rows, K;
+  QuantScheme scheme;
+  void* out;
+  bool vectorized;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads) dequantize_rows_kernel(DequantizeParams p) {
+  const int64_t K = p.K;
+  const int64_t step = int64_t{blockDim.x} * kChunk;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const uint8_t* q = p.q + row * K;
+    T* out = static_cast<T*>(p.out) + row * K;
+    for (int64_t k0 = int64_t{threadIdx.x} * kChunk; k0 < K; k0 += step) {
+      // A chunk never straddles two scale groups (8 divides 32 and 128).
+      float scale;
+      switch (p.scheme) {
+        case QuantScheme::fp8_tensor:
+          scale = static_cast<const float*>(p.scale)[0];
+          break;
+        case QuantScheme::fp8_token:
+          scale = static_cast<const float*>(p.scale)[row];
+          break;
+        case QuantScheme::fp8_block:
+          scale = static_cast<const float*>(
+              p.scale)[row * ((K + kBlockSize - 1) / kBlockSize) + k0 / kBlockSize];
+          break;
+        default:  // mxfp8
+          scale = e8m0_value(static_cast<const uint8_t*>(
+              p.scale)[row * ((K + kMxBlockSize - 1) / kMxBlockSize) + k0 / kMxBlockSize]);
+          break;
+      }
+      uint2 packed = make_uint2(0, 0);  // the chunk's 8 codes, little-endian
+      if (p.vectorized) {
+        packed = *reinterpret_cast<const uint2*>(q + k0);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+          const uint32_t code = k0 + j < K ? q[k0 + j] : 0u;
+          (j < 4 ? packed.x : packed.y) |= code << (8 * (j % 4));
+        }
+      }
+      alignas(16) T values[kChunk];
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        const uint32_t word = j < 4 ? packed.x : packed.y;
+        const auto code = static_cast<uint8_t>(word >> (8 * (j % 4)));
+        from_float(__fmul_rn(e4m3_value(code), scale), &values[j]);
+      }
+      if (p.vectorized) {
+        constexpr int kVectors = kChunk * sizeof(T) / 16;
+#pragma unroll
+        for (int i = 0; i < kVectors; ++i) {
+          reinterpret_cast<uint4*>(out + k0)[i] = reinterpret_cast<const uint4*>(values)[i];
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+          if (k0 + j < K) out[k0 + j] = values[j];
+        }
+      }
+    }
+  }
+}
+
+// ---- host helpers -------------------------------------------------------------------------------
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<T>{}) with the CUDA type of a bf16 / fp16 / fp32 dtype.
+template <typename F>
+void with_float_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::bf16:
+      f(TypeTag<__nv_bfloat16>{});
+      return;
+    case DType::fp16:
+      f(TypeTag<__half>{});
+      return;
+    case DType::fp32:
+      f(TypeTag<float>{});
+      return;
+    default:
+      MODMOE_FAIL() << "cuda quantize: dtype must be bf16, fp16 or fp32, got " << dtype_name(dtype);
+  }
+}
+
+bool is_float_io(DType d) { return d == DType::bf16 || d == DType::fp16 || d == DType::fp32; }
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// One thread per 8 columns, rounded up to whole warps, at most kMaxThreads.
+int threads_for(int64_t K) {
+  const int64_t chunks = std::max<int64_t>((K + kChunk - 1) / kChunk, 1);
+  return static_cast<int>(std::min<int64_t>((chunks + 31) / 32 * 32, kMaxThreads));
+}
+
+// SMs of the current device, asked once per device (launches stay free of driver queries).
+int current_sm_count() {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> cache[kCachedDevices];  // zero: not asked yet
+  int device = 0;
+  MODMOE_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kCachedDevices) {
+    const int cached = cache[device].load(std::memory_order_relaxed);
+    if (cached > 0) return cached;
+  }
+  int sm_count = 0;
+  MODMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  if (device < kCachedDevices) cache[device].store(sm_count, std::memory_order_relaxed);
+  return sm_count;
+}
+
+// Enough blocks to fill the device; more rows than that are walked by a grid-stride loop (a
+// num_rows bound may leave most of a large capacity empty: no need to launch it all).
+int blocks_for(int64_t rows, int threads) {
+  const int64_t resident = static_cast<int64_t>(current_sm_count()) * (2048 / threads);
+  return static_cast<int>(std::max<int64_t>(1, std::min(rows, resident)));
+}
+
+}  // namespace
+
+// ---- kernel entry points (quantize.h) -----------------------------------------------------------
+
+void quantize_rows(const void* x, DType x_dtype, int64_t ldx, int64_t rows, const int32_t* num_rows,
+                   int64_t K, QuantScheme scheme, bool static_scale, uint8_t* q, void* scale,
+                   cudaStream_t stream) {
+  constexpr const char* fn = "cuda::quantize_rows";
+  MODMOE_CHECK(scheme != QuantScheme::none)
+      << fn << ": scheme must be one of fp8-tensor, fp8-token, fp8-block, mxfp8, got none";
+  MODMOE_CHECK(!static_scale || scheme == QuantScheme::fp8_tensor)
+      << fn << ": static_scale is only supported with fp8-tensor, got "
+      << quant_scheme_name(scheme);
+  MODMOE_CHECK(is_float_io(x_dtype))
+      << fn << ": x must be bf16, fp16 or fp32, got " << dtype_name(x_dtype);
+  MODMOE_CHECK(rows >= 0 && K >= 0)
+      << fn << ": rows and K must be >= 0, got rows = " << rows << ", K = " << K;
+  MODMOE_CHECK(ldx >= K) << fn << ": ldx must be >= K = " << K << ", got " << ldx;
+  // The per-tensor scale is written even for no rows (1, as on the CPU); row scales only exist
+  // for rows (and for columns, with groups).
+  const bool writes_scale = scheme == QuantScheme::fp8_tensor ||
+                            (rows > 0 && (scheme == QuantScheme::fp8_token || K > 0));
+  MODMOE_CHECK(scale != nullptr || !writes_scale) << fn << ": scale must not be null";
+  MODMOE_CHECK(rows * K == 0 || (x != nullptr && q != nullptr))
+      << fn << ": x and q must not be null for " << rows << " x " << K << " elements";
+
+  const size_t x_size = dtype_size(x_dtype);
+  QuantizeParams p{};
+  p.x = x;
+  p.ldx = ldx;
+  p.rows = rows;
+  p.num_rows = num_rows;
+  p.K = K;
+  p.scheme = scheme;
+  p.tensor_scale = static_cast<const float*>(scale);
+  p.q = q;
+  p.scale = scale;
+  p.vectorized = K % kChunk == 0 && (ldx * x_size) % 16 == 0 && aligned(x, 16) && aligned(q, 8);
+
+  const int threads = threads_for(K);
+  const int blocks = blocks_for(rows, threads);
+  with_float_type(x_dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (scheme == QuantScheme::fp8_tensor && !static_scale) {
+      // amax into scale[0] (as bits), then the scale in place, then the rows read it. An empty
+      // tensor (rows == 0 or *num_rows == 0) leaves amax 0 and gets scale 1, as on the CPU.
+      MODMOE_CUDA_CHECK(cudaMemsetAsync(scale, 0, sizeof(float), stream));
+      if (rows > 0 && K > 0) {
+        tensor_amax_kernel<T><<<blocks, threads, 0, stream>>>(p, static_cast<uint32_t*>(scale));
+        MODMOE_CUDA_CHECK_LAUNCH();
+      }
+      tensor_scale_from_amax_kernel<<<1, 1, 0, stream>>>(static_cast<float*>(scale));
+      MODMOE_CUDA_CHECK_LAUNCH();
+    }
+    if (rows > 0) {
+      quantize_rows_kernel<T><<<blocks, threads, 0, stream>>>(p);
+      MODMOE_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+void dequantize_rows(const uint8_t* q, const void* scale, int64_t rows, int64_t K,
+                     QuantScheme scheme, void* out, DType out_dtype, cudaStream_t stream) {
+  constexpr const char* fn = "cuda::dequantize_rows";
+  MODMOE_CHECK(scheme != QuantScheme::none)
+      << fn << ": scheme must be one of fp8-tensor, fp8-token, fp8-block, mxfp8, got none";
+  MODMOE_CHECK(is_float_io(out_dtype))
+      << fn << ": out must be bf16, fp16 or fp32, got " << dtype_name(out_dtype);
+  MODMOE_CHECK(rows >= 0 && K >= 0)
+      << fn << ": rows and K must be >= 0, got rows = " << rows << ", K = " << K;
+  if (rows == 0 || K == 0) return;
+  MODMOE_CHECK(q != nullptr && scale != nullptr && out != nullptr)
+      << fn << ": q, scale and out must not be null";
+
+  DequantizeParams p{};
+  p.q = q;
+  p.scale = scale;
+  p.rows = rows;
+  p.K = K;
+  p.scheme = scheme;
+  p.out = out;
+  p.vectorized = K % kChunk == 0 && aligned(q, 8) && aligned(out, 16);
+  const int threads = threads_for(K);
+  const int blocks = blocks_for(rows, threads);
+  with_float_type(out_dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dequantize_rows_kernel<T><<<blocks, threads, 0, stream>>>(p);
+    MODMOE_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// ---- tensor entry points (ops.h): the checks of src/cpu/quant.cpp, on ctx.device ---------------
+
+namespace {
+
+void check_context(const char* fn, const Context& ctx) {
+  MODMOE_CHECK(ctx.device.is_cuda())
+      << fn << ": ctx.device must be cuda (this is the CUDA implementation), got "
+      << ctx.device.str();
+}
+
+void check_scheme(const char* fn, QuantScheme scheme) {
+  MODMOE_CHECK(scheme != QuantScheme::none)
+      << fn << ": scheme must be one of fp8-tensor, fp8-token, fp8-block, mxfp8, got none "
+      << "(nothing to quantize)";
+}
+
+void check_contiguous_on(const char* fn, const char* arg, const Tensor& t, Device device) {
+  MODMOE_CHECK(t.device() == device)
+      << fn << ": " << arg << " must be on " << device.str() << ", got " << t.describe();
+  MODMOE_CHECK(t.is_contiguous()) << fn << ": " << arg << " must be contiguous (row-major), got "
+                                  << t.describe() << " with strides " << shape_str(t.strides());
+}
+
+void check_float_tensor(const char* fn, const char* arg, const Tensor& t, Device device) {
+  MODMOE_CHECK(t.defined()) << fn << ": " << arg
+                            << " must be a 2-D (M, K) bf16, fp16 or fp32 tensor, got undefined";
+  MODMOE_CHECK(is_float_io(t.dtype()))
+      << fn << ": " << arg << " must be bf16, fp16 or fp32, got " << t.describe();
+  MODMOE_CHECK(t.ndim() == 2) << fn << ": " << arg << " must be 2-D (M, K), got " << t.describe();
+  check_contiguous_on(fn, arg, t, device);
+}
+
+void check_exact(const char* fn, const char* arg, const Tensor& t, DType dtype, const Shape& shape,
+                 const std::string& context, Device device) {
+  MODMOE_CHECK(t.defined() && t.dtype() == dtype && t.shape() == shape)
+      << fn << ": " << arg << " must be " << dtype_name(dtype) << " " << shape_str(shape) << " for "
+      << context << ", got " << t.describe();
+  check_contiguous_on(fn, arg, t, device);
+}
+
+void check_no_overlap(const char* fn, const char* out_name, const Tensor& out, const char* in_name,
+                      const Tensor& in) {
+  MODMOE_CHECK(!out.overlaps(in)) << fn << ": " << out_name << " must not overlap " << in_name
+                                  << " (" << out_name << " " << out.describe() << ", " << in_name
+                                  << " " << in.describe() << ")";
+}
+
+std::string act_context(QuantScheme scheme, int64_t M, int64_t K) {
+  return std::string(quant_scheme_name(scheme)) + " with (M, K) = (" + std::to_string(M) + ", " +
+         std::to_string(K) + ")";
+}
+
+}  // namespace
+
+void quantize_activations(const Context& ctx, const Tensor& x, QuantScheme scheme,
+                          bool static_scale, const Tensor& q, const Tensor& scale) {
+  constexpr const char* fn = "quantize_activations";
+  check_context(fn, ctx);
+  check_scheme(fn, scheme);
+  MODMOE_CHECK(!static_scale || scheme == QuantScheme::fp8_tensor)
+      << fn << ": static_scale is only supported with fp8-tensor, got "
+      << quant_scheme_name(scheme);
+  check_float_tensor(fn, "x", x, ctx.device);
+  const int64_t M = x.size(0), K = x.size(1);
+  const std::string context = act_context(scheme, M, K);
+  check_exact(fn, "q", q, DType::fp8_e4m3, {M, K}, context, ctx.device);
+  check_exact(fn, "scale", scale, scale_dtype(scheme), act_scale_shape(scheme, M, K), context,
+              ctx.device);
+  check_no_overlap(fn, "q", q, "x", x);
+  check_no_overlap(fn, "q", q, "scale", scale);
+  if (!static_scale) check_no_overlap(fn, "scale", scale, "x", x);
+  // A static scale stays on the device: unlike the CPU, it is not checked for being finite
+  // and > 0 here (that would be a host synchronization).
+
+  DeviceGuard guard(ctx.device.index);
+  quantize_rows(x.data(), x.dtype(), K, M, nullptr, K, scheme, static_scale, q.data_ptr<uint8_t>(),
+                scale.data(), static_cast<cudaStream_t>(ctx.stream));
+}
+
+void dequantize_activations(const Context& ctx, const Tensor& q, const Tensor& scale,
+                            QuantScheme scheme, const Tensor& out) {
+  constexpr const char* fn = "dequantize_activations";
+  check_context(fn, ctx);
+  check_scheme(fn, scheme);
+  check_float_tensor(fn, "out", out, ctx.device);
+  const int64_t M = out.size(0), K = out.size(1);
+  const std::string context = act_context(scheme, M, K);
+  check_exact(fn, "q", q, DType::fp8_e4m3, {M, K}, context, ctx.device);
+  check_exact(fn, "scale", scale, scale_dtype(scheme), act_scale_shape(scheme, M, K), context,
+              ctx.device);
+  check_no_overlap(fn, "out", out, "q", q);
+  check_no_overlap(fn, "out", out, "scale", scale);
+
+  DeviceGuard guard(ctx.device.index);
+  dequantize_rows(q.data_ptr<const uint8_t>(), scale.data(), M, K, scheme, out.data(), out.dtype(),
+                  static_cast<cudaStream_t>(ctx.stream));
+}
+
+}  // namespace modmoe::cuda

@@ -1,0 +1,115 @@
+// weighted_reduce (see reduce.h): one block row per token, each thread kVec adjacent columns.
+#include "cuda/cuda_check.h"
+#include "cuda/float_io.cuh"
+#include "cuda/reduce.h"
+#include "modmoe/error.h"
+
+namespace modmoe::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+// Which src row holds pair p (-1: skip it).
+struct PairRows {
+  const int32_t* pair_row;  // explicit map, or null
+  const void* ids;          // contiguous rows with a locality test through expert_map
+  bool ids_int64;
+  const int32_t* expert_map;
+  int64_t num_experts;
+
+  __device__ __forceinline__ int64_t operator()(int64_t p) const {
+    if (pair_row) return pair_row[p];
+    if (!expert_map) return p;
+    const int64_t id =
+        ids_int64 ? static_cast<const int64_t*>(ids)[p] : static_cast<const int32_t*>(ids)[p];
+    if (id < 0 || id >= num_experts) return -1;
+    return expert_map[id] >= 0 ? p : -1;
+  }
+};
+
+// grid: (M, column tiles). Token t = blockIdx.x.
+template <typename SrcT, typename OutT, int kVec>
+__global__ void weighted_reduce_kernel(const SrcT* __restrict__ src, int64_t src_ld, PairRows rows,
+                                       const float* __restrict__ weights, int32_t topk, int64_t K,
+                                       OutT* __restrict__ out, int64_t out_ld) {
+  const int64_t t = blockIdx.x;
+  const int64_t col = (int64_t{blockIdx.y} * blockDim.x + threadIdx.x) * kVec;
+  if (col >= K) return;
+  float acc[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) acc[j] = 0.0f;
+  for (int32_t k = 0; k < topk; ++k) {
+    const int64_t p = t * topk + k;
+    const int64_t row = rows(p);
+    if (row < 0) continue;
+    const float w = weights ? weights[p] : 1.0f;
+    float v[kVec];
+    load_floats<SrcT, kVec>(src + row * src_ld + col, v);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) acc[j] = fmaf(w, v[j], acc[j]);
+  }
+  store_floats<OutT, kVec>(acc, out + t * out_ld + col);
+}
+
+template <typename SrcT, typename OutT, int kVec>
+void launch(const WeightedReduceArgs& a, const PairRows& rows, cudaStream_t stream) {
+  const int64_t col_tiles = (a.K + int64_t{kThreads} * kVec - 1) / (int64_t{kThreads} * kVec);
+  const dim3 grid(static_cast<unsigned>(a.M), static_cast<unsigned>(col_tiles));
+  weighted_reduce_kernel<SrcT, OutT, kVec><<<grid, kThreads, 0, stream>>>(
+      static_cast<const SrcT*>(a.src), a.src_ld, rows, a.topk_weights, static_cast<int32_t>(a.topk),
+      a.K, static_cast<OutT*>(a.out), a.out_ld);
+  MODMOE_CUDA_CHECK_LAUNCH();
+}
+
+// The widest vector (4, 2 or 1 elements) that K, both leading dimensions and both pointers allow.
+int vector_width(const WeightedReduceArgs& a) {
+  const size_t src_size = dtype_size(a.src_dtype), out_size = dtype_size(a.out_dtype);
+  for (int vec : {4, 2}) {
+    if (a.K % vec == 0 && a.src_ld % vec == 0 && a.out_ld % vec == 0 &&
+        is_aligned(a.src, src_size * vec) && is_aligned(a.out, out_size * vec))
+      return vec;
+  }
+  return 1;
+}
+
+}  // namespace
+
+void weighted_reduce(const WeightedReduceArgs& a, cudaStream_t stream) {
+  static constexpr const char* kFn = "cuda::weighted_reduce";
+  MODMOE_CHECK(a.M >= 0 && a.topk >= 1 && a.K >= 0)
+      << kFn << ": need M >= 0, topk >= 1, K >= 0, got M = " << a.M << ", topk = " << a.topk
+      << ", K = " << a.K;
+  MODMOE_CHECK(a.M < (int64_t{1} << 31) && a.M * a.topk < (int64_t{1} << 31))
+      << kFn << ": M * topk must be < 2^31, got M = " << a.M << ", topk = " << a.topk;
+  MODMOE_CHECK(a.src_ld >= a.K && a.out_ld >= a.K)
+      << kFn << ": src_ld and out_ld must be >= K = " << a.K << ", got " << a.src_ld << " and "
+      << a.out_ld;
+  MODMOE_CHECK(is_float_io_dtype(a.src_dtype) && is_float_io_dtype(a.out_dtype))
+      << kFn << ": src and out must be bf16, fp16 or fp32, got " << dtype_name(a.src_dtype)
+      << " and " << dtype_name(a.out_dtype);
+  MODMOE_CHECK(a.pair_row != nullptr || a.expert_map == nullptr || a.topk_ids != nullptr)
+      << kFn << ": topk_ids are needed to test locality through expert_map";
+  MODMOE_CHECK(a.ids_dtype == DType::int32 || a.ids_dtype == DType::int64)
+      << kFn << ": topk_ids must be int32 or int64, got " << dtype_name(a.ids_dtype);
+  if (a.M == 0 || a.K == 0) return;
+  MODMOE_CHECK(a.src != nullptr && a.out != nullptr) << kFn << ": src and out must not be null";
+
+  const PairRows rows{a.pair_row, a.topk_ids, a.ids_dtype == DType::int64, a.expert_map,
+                      a.num_experts};
+  const int vec = vector_width(a);
+  dispatch_float_io(a.src_dtype, kFn, [&](auto src_tag) {
+    using SrcT = typename decltype(src_tag)::type;
+    dispatch_float_io(a.out_dtype, kFn, [&](auto out_tag) {
+      using OutT = typename decltype(out_tag)::type;
+      if (vec == 4) {
+        launch<SrcT, OutT, 4>(a, rows, stream);
+      } else if (vec == 2) {
+        launch<SrcT, OutT, 2>(a, rows, stream);
+      } else {
+        launch<SrcT, OutT, 1>(a, rows, stream);
+      }
+    });
+  });
+}
+
+}  // namespace modmoe::cuda

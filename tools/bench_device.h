@@ -1,0 +1,161 @@
+// Host-side CUDA helpers of the GPU benchmark: checked calls, owned device buffers, graphs and
+// event timing of graph replays.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "modmoe/error.h"
+
+// Throws modmoe::Error naming the call and the CUDA error.
+#define BENCH_CUDA(expr)                                                                    \
+  do {                                                                                      \
+    const cudaError_t bench_err_ = (expr);                                                  \
+    MODMOE_CHECK(bench_err_ == cudaSuccess)                                                 \
+        << "modmoe-bench: " << #expr << " failed: " << cudaGetErrorName(bench_err_) << " (" \
+        << cudaGetErrorString(bench_err_) << ") at " << __FILE__ << ":" << __LINE__;        \
+  } while (0)
+
+namespace modmoe::bench {
+
+// cudaMalloc'ed bytes, freed on destruction. Plain cudaMalloc (not the stream-ordered pool):
+// weights of one case are freed before the next case allocates its own.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes > 0) BENCH_CUDA(cudaMalloc(&data_, bytes));
+  }
+  ~DeviceBuffer() {
+    if (data_) cudaFree(data_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Copies a host vector into a new device buffer (synchronously: setup code only).
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& host) {
+  DeviceBuffer d(host.size() * sizeof(T));
+  if (!host.empty()) {
+    BENCH_CUDA(cudaMemcpy(d.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  return d;
+}
+
+// An instantiated graph of whatever `enqueue` puts on `stream`. modmoe's forward is captured in
+// global mode (a synchronizing or allocating call anywhere fails the capture instead of timing
+// a host round trip); the cuBLAS baseline in thread-local mode, the mode frameworks use.
+class Graph {
+ public:
+  template <typename Enqueue>
+  Graph(cudaStream_t stream, cudaStreamCaptureMode mode, Enqueue&& enqueue) {
+    BENCH_CUDA(cudaStreamBeginCapture(stream, mode));
+    try {
+      enqueue();
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream, &broken);
+      if (broken) cudaGraphDestroy(broken);
+      throw;
+    }
+    BENCH_CUDA(cudaStreamEndCapture(stream, &graph_));
+    BENCH_CUDA(cudaGraphGetNodes(graph_, nullptr, &nodes_));
+    BENCH_CUDA(cudaGraphInstantiate(&exec_, graph_, 0));
+    BENCH_CUDA(cudaGraphUpload(exec_, stream));
+  }
+  ~Graph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+  }
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  void launch(cudaStream_t stream) const { BENCH_CUDA(cudaGraphLaunch(exec_, stream)); }
+  size_t nodes() const { return nodes_; }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+  size_t nodes_ = 0;
+};
+
+// Evicts the L2 between timed replays by overwriting a buffer a few times its size, so every
+// replay reads its weights from device memory, as a layer in a real model does (the other
+// layers have run in between). Not timed.
+class L2Flush {
+ public:
+  L2Flush() = default;
+  explicit L2Flush(size_t l2_bytes) : buffer_(std::max<size_t>(3 * l2_bytes, size_t(64) << 20)) {}
+  void run(cudaStream_t stream) {
+    if (buffer_.get())
+      BENCH_CUDA(cudaMemsetAsync(buffer_.get(), ++value_ & 0xff, buffer_.bytes(), stream));
+  }
+
+ private:
+  DeviceBuffer buffer_;
+  int value_ = 0;
+};
+
+struct Timing {
+  double median_us = 0, min_us = 0, max_us = 0;
+  int replays = 0;
+};
+
+// Times `replays` runs of `launch` on `stream` with one event pair each (after `warmup`
+// untimed runs); `flush` (may be null) runs before each, outside the events.
+template <typename Launch>
+Timing time_replays(cudaStream_t stream, int replays, int warmup, L2Flush* flush, Launch&& launch) {
+  for (int i = 0; i < warmup; ++i) {
+    if (flush) flush->run(stream);
+    launch();
+  }
+  std::vector<cudaEvent_t> events(2 * static_cast<size_t>(replays));
+  for (auto& e : events) BENCH_CUDA(cudaEventCreate(&e));
+  for (int i = 0; i < replays; ++i) {
+    if (flush) flush->run(stream);
+    BENCH_CUDA(cudaEventRecord(events[2 * i], stream));
+    launch();
+    BENCH_CUDA(cudaEventRecord(events[2 * i + 1], stream));
+  }
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> us(replays);
+  for (int i = 0; i < replays; ++i) {
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]));
+    us[i] = ms * 1e3;
+  }
+  for (auto& e : events) cudaEventDestroy(e);
+  std::sort(us.begin(), us.end());
+  Timing t;
+  t.replays = replays;
+  t.median_us = us[us.size() / 2];
+  t.min_us = us.front();
+  t.max_us = us.back();
+  return t;
+}
+
+}  // namespace modmoe::bench
