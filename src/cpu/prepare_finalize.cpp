@@ -72,13 +72,6 @@ PrepareResult NoEPPrepareAndFinalize::prepare(const Context& ctx, const PrepareA
   return r;
 }
 
-PrepareReceiver NoEPPrepareAndFinalize::prepare_no_receive(const Context& ctx,
-                                                           const PrepareArgs& args) {
-  // Nothing to wait for without a dispatch: the work happens now, the receiver hands it over.
-  auto result = std::make_shared<PrepareResult>(prepare(ctx, args));
-  return [result]() { return std::move(*result); };
-}
-
 void NoEPPrepareAndFinalize::finalize(const Context& ctx, const FinalizeArgs& f,
                                       const TopKWeightAndReduce& weight_and_reduce) {
   check_context_device("NoEPPrepareAndFinalize::finalize", ctx, DeviceType::cpu);
@@ -91,22 +84,13 @@ void NoEPPrepareAndFinalize::finalize(const Context& ctx, const FinalizeArgs& f,
 
 // ---- BatchedPrepareAndFinalize ---------------------------------------------------------------
 
-BatchedPrepareAndFinalize::BatchedPrepareAndFinalize(const MoEConfig& config, int num_dispatchers)
-    : PrepareAndFinalize(config), num_dispatchers_(num_dispatchers) {
-  MODMOE_CHECK(config.max_num_tokens > 0)
-      << "BatchedPrepareAndFinalize: config.max_num_tokens must be > 0, got "
-      << config.max_num_tokens;
-  MODMOE_CHECK(num_dispatchers >= 1)
-      << "BatchedPrepareAndFinalize: num_dispatchers must be >= 1, got " << num_dispatchers;
-}
-
 PrepareResult BatchedPrepareAndFinalize::prepare(const Context& ctx, const PrepareArgs& args) {
   static constexpr const char* kFn = "BatchedPrepareAndFinalize::prepare";
   check_context_device(kFn, ctx, DeviceType::cpu);
   const MoEConfig& c = config();
   const int64_t M = args.a1.size(0), K = args.a1.size(1), topk = args.topk_ids.size(1);
   const int64_t E_local = c.num_local_experts;
-  const int64_t T = c.max_num_tokens * num_dispatchers_;
+  const int64_t T = max_tokens();
   MODMOE_CHECK(M <= c.max_num_tokens)
       << kFn << ": M = " << M << " tokens exceed max_num_tokens_per_rank = " << c.max_num_tokens;
 

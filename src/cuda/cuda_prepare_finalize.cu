@@ -128,13 +128,6 @@ PrepareResult NoEPPrepareAndFinalize::prepare(const Context& ctx, const PrepareA
   return r;
 }
 
-PrepareReceiver NoEPPrepareAndFinalize::prepare_no_receive(const Context& ctx,
-                                                           const PrepareArgs& args) {
-  // Nothing to wait for without a dispatch: the work is enqueued now, the receiver hands it over.
-  auto result = std::make_shared<PrepareResult>(prepare(ctx, args));
-  return [result]() { return std::move(*result); };
-}
-
 void NoEPPrepareAndFinalize::finalize(const Context& ctx, const FinalizeArgs& f,
                                       const TopKWeightAndReduce& weight_and_reduce) {
   static const TopKWeightAndReduceContiguous contiguous;
@@ -143,22 +136,13 @@ void NoEPPrepareAndFinalize::finalize(const Context& ctx, const FinalizeArgs& f,
 
 // ---- BatchedPrepareAndFinalize ---------------------------------------------------------------
 
-BatchedPrepareAndFinalize::BatchedPrepareAndFinalize(const MoEConfig& config, int num_dispatchers)
-    : PrepareAndFinalize(config), num_dispatchers_(num_dispatchers) {
-  MODMOE_CHECK(config.max_num_tokens > 0)
-      << "cuda::BatchedPrepareAndFinalize: config.max_num_tokens must be > 0, got "
-      << config.max_num_tokens;
-  MODMOE_CHECK(num_dispatchers >= 1)
-      << "cuda::BatchedPrepareAndFinalize: num_dispatchers must be >= 1, got " << num_dispatchers;
-}
-
 PrepareResult BatchedPrepareAndFinalize::prepare(const Context& ctx, const PrepareArgs& args) {
   static constexpr const char* kFn = "cuda::BatchedPrepareAndFinalize::prepare";
   const MoEConfig& c = config();
   check_prepare_args(kFn, ctx, c, args);
   const int64_t M = args.a1.size(0), K = args.a1.size(1), topk = args.topk_ids.size(1);
   const int64_t E_local = c.num_local_experts;
-  const int64_t T = c.max_num_tokens * num_dispatchers_;
+  const int64_t T = max_tokens();
   MODMOE_CHECK(M <= c.max_num_tokens)
       << kFn << ": M = " << M << " tokens exceed max_num_tokens_per_rank = " << c.max_num_tokens;
   DeviceGuard guard(ctx.device.index);

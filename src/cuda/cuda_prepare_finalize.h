@@ -4,25 +4,17 @@
 // prepared activations comes from ctx.alloc() and lives in PrepareResult::storage.
 #pragma once
 
-#include "modmoe/prepare_finalize.h"
+#include "core/prepare_finalize_kinds.h"
 
 namespace modmoe::cuda {
 
 // Quantizes the hidden states as the scheme asks (cuda::quantize_rows); with
 // apply_router_weight_on_input the rows are first multiplied by topk_weights[:, 0] (rounded to
 // the input dtype, as on the CPU). Finalize: Delegate -> cuda Contiguous.
-class NoEPPrepareAndFinalize final : public PrepareAndFinalize {
+class NoEPPrepareAndFinalize final : public NoEPPrepareAndFinalizeBase {
  public:
-  using PrepareAndFinalize::PrepareAndFinalize;
-  std::string name() const override { return "NoEPPrepareAndFinalize"; }
-  ActivationFormat activation_format() const override { return ActivationFormat::Standard; }
-  std::optional<int64_t> max_num_tokens_per_rank() const override { return std::nullopt; }
-  int num_dispatchers() const override { return 1; }
-  bool output_is_reduced() const override { return false; }
-  bool has_prepare_no_receive() const override { return true; }
-
+  using NoEPPrepareAndFinalizeBase::NoEPPrepareAndFinalizeBase;
   PrepareResult prepare(const Context& ctx, const PrepareArgs& args) override;
-  PrepareReceiver prepare_no_receive(const Context& ctx, const PrepareArgs& args) override;
   void finalize(const Context& ctx, const FinalizeArgs& args,
                 const TopKWeightAndReduce& weight_and_reduce) override;
 };
@@ -32,24 +24,14 @@ class NoEPPrepareAndFinalize final : public PrepareAndFinalize {
 // expert_num_tokens_cpu stays undefined, since it would need a synchronization). Rows past a
 // count are left unwritten (not poisoned, unlike the CPU part: that would cost a write of the
 // whole buffer); the batched experts never read them. Finalize: Delegate -> cuda NaiveBatched.
-class BatchedPrepareAndFinalize final : public PrepareAndFinalize {
+class BatchedPrepareAndFinalize final : public BatchedPrepareAndFinalizeBase {
  public:
   // max_tokens rows per expert = num_dispatchers * config.max_num_tokens.
-  explicit BatchedPrepareAndFinalize(const MoEConfig& config, int num_dispatchers = 1);
-  std::string name() const override { return "BatchedPrepareAndFinalize"; }
-  ActivationFormat activation_format() const override { return ActivationFormat::Batched; }
-  std::optional<int64_t> max_num_tokens_per_rank() const override {
-    return config().max_num_tokens;
-  }
-  int num_dispatchers() const override { return num_dispatchers_; }
-  bool output_is_reduced() const override { return false; }
-
+  explicit BatchedPrepareAndFinalize(const MoEConfig& config, int num_dispatchers = 1)
+      : BatchedPrepareAndFinalizeBase(config, num_dispatchers) {}
   PrepareResult prepare(const Context& ctx, const PrepareArgs& args) override;
   void finalize(const Context& ctx, const FinalizeArgs& args,
                 const TopKWeightAndReduce& weight_and_reduce) override;
-
- private:
-  int num_dispatchers_;
 };
 
 }  // namespace modmoe::cuda
