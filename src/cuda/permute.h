@@ -1,9 +1,14 @@
 // The permute step on the device: groups the (token, k) pairs of a routing by local expert.
 //
 // Pair p = t * topk + k is routed to local expert e = expert_map[topk_ids[t, k]] (or the id
-// itself without a map). A stable radix sort on e (CUB) puts the pairs of expert 0 first, then
-// expert 1, ..., each expert's pairs in pair order (= token order, the order the CPU reference
-// and NaiveBatched use), and the pairs of no local expert last. From that order:
+// itself without a map). A stable sort on e puts the pairs of expert 0 first, then expert 1,
+// ..., each expert's pairs in pair order (= token order, the order the CPU reference and
+// NaiveBatched use), and the pairs of no local expert last. Two implementations give the same
+// bits (PermutePath):
+//   single_block  small problems (num_pairs <= 8192, E_local <= 1024; decode): one kernel, one
+//                 1024-thread block, a counting sort in shared memory. One launch.
+//   radix_sort    anything: CUB DeviceRadixSort plus three kernels of ours.
+// From that order:
 //
 //   m_indptr[e]     (E_local + 1) rows of expert e are [m_indptr[e], m_indptr[e+1]);
 //                   m_indptr[E_local] = number of local pairs
@@ -13,7 +18,8 @@
 //   row_of_pair[p]  the inverse: row of pair p, -1 when p is not routed to a local expert
 //
 // Everything stays on the device and nothing synchronizes: CUB's scratch size is a host-side
-// query (no device work), and the scratch itself is part of the workspace.
+// query (no device work), the scratch itself is part of the workspace (carved whichever path
+// runs, so one workspace serves both), and the path is chosen from host-known sizes only.
 // Ids outside [0, E) and map entries outside [0, E_local) count as "not local": the kernels
 // never index out of bounds on bad routing (the CPU path rejects it with an error instead).
 #pragma once
@@ -49,6 +55,13 @@ struct PermuteWorkspace {
   int sort_end_bit = 1;  // keys are in [0, E_local]: only these low bits are sorted
 };
 
+// Which implementation runs (see the top of this file). Both give identical outputs; forcing
+// one exists for tests and benchmarks.
+enum class PermutePath : uint8_t { automatic, single_block, radix_sort };
+
+// Whether the one-block counting sort handles this size (the `automatic` choice).
+bool permute_single_block_fits(int64_t num_pairs, int64_t num_local_experts);
+
 struct PermuteArgs {
   const void* topk_ids = nullptr;  // (num_tokens, topk) int32 or int64, global expert ids
   DType ids_dtype = DType::int32;
@@ -57,6 +70,9 @@ struct PermuteArgs {
   const int32_t* expert_map = nullptr;  // (num_experts) global -> local, -1 = not here; or null
   int64_t num_experts = 0;              // E
   int64_t num_local_experts = 0;        // E_local
+  // automatic: single_block when permute_single_block_fits, else radix_sort. Forcing
+  // single_block on a size it does not fit is an error.
+  PermutePath force_path = PermutePath::automatic;
 };
 
 // Fills the outputs of `ws` (carved for num_tokens * topk pairs and E_local experts).

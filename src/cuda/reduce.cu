@@ -1,4 +1,13 @@
-// weighted_reduce (see reduce.h): one block row per token, each thread kVec adjacent columns.
+// weighted_reduce (see reduce.h): one block per (token, column tile), each thread kVec adjacent
+// columns (16-byte loads: kVec = 4 for fp32, 8 for 16-bit src and out).
+//
+// Latency, not bandwidth, sets the time at decode sizes (M = 1: 8 rows of a few KB): a thread
+// that walked k = 0 .. topk-1 loading pair_row[p] and then the src row it names waited for two
+// dependent memory round trips per k. Instead each thread takes the k in chunks of kKChunk:
+// first every row index and weight of the chunk (independent loads), then every src vector of
+// the chunk (independent loads), then the fmaf chain in k order. The summation order per
+// element is unchanged (acc = fmaf(w_k, v_k, acc) for k ascending, skipped rows skipped), so
+// the results are bit-identical to a plain k loop.
 #include "cuda/cuda_check.h"
 #include "cuda/float_io.cuh"
 #include "cuda/reduce.h"
@@ -7,7 +16,12 @@
 namespace modmoe::cuda {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kMaxThreads = 128;
+constexpr int kMinThreads = 32;
+constexpr int kKChunk = 8;  // k per round of loads: all of topk for the usual topk <= 8
+// Small problems use narrower blocks so that at least this many blocks spread the loads over
+// the SMs (about the SM count of the GPUs we target; a constant, so no device query).
+constexpr int64_t kMinBlocks = 128;
 
 // Which src row holds pair p (-1: skip it).
 struct PairRows {
@@ -29,42 +43,67 @@ struct PairRows {
 
 // grid: (M, column tiles). Token t = blockIdx.x.
 template <typename SrcT, typename OutT, int kVec>
-__global__ void weighted_reduce_kernel(const SrcT* __restrict__ src, int64_t src_ld, PairRows rows,
-                                       const float* __restrict__ weights, int32_t topk, int64_t K,
-                                       OutT* __restrict__ out, int64_t out_ld) {
+__global__ void __launch_bounds__(kMaxThreads)
+    weighted_reduce_kernel(const SrcT* __restrict__ src, int64_t src_ld, PairRows rows,
+                           const float* __restrict__ weights, int32_t topk, int64_t K,
+                           OutT* __restrict__ out, int64_t out_ld) {
   const int64_t t = blockIdx.x;
   const int64_t col = (int64_t{blockIdx.y} * blockDim.x + threadIdx.x) * kVec;
   if (col >= K) return;
   float acc[kVec];
 #pragma unroll
   for (int j = 0; j < kVec; ++j) acc[j] = 0.0f;
-  for (int32_t k = 0; k < topk; ++k) {
-    const int64_t p = t * topk + k;
-    const int64_t row = rows(p);
-    if (row < 0) continue;
-    const float w = weights ? weights[p] : 1.0f;
-    float v[kVec];
-    load_floats<SrcT, kVec>(src + row * src_ld + col, v);
+  for (int32_t k0 = 0; k0 < topk; k0 += kKChunk) {
+    int64_t row[kKChunk];
+    float w[kKChunk];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) acc[j] = fmaf(w, v[j], acc[j]);
+    for (int i = 0; i < kKChunk; ++i) {
+      const int64_t p = t * topk + k0 + i;
+      const bool in_range = k0 + i < topk;
+      row[i] = in_range ? rows(p) : -1;
+      w[i] = (in_range && weights) ? weights[p] : 1.0f;
+    }
+    // Kept in the source type until used: half the registers for 16-bit src.
+    Vec<SrcT, kVec> v[kKChunk];
+#pragma unroll
+    for (int i = 0; i < kKChunk; ++i) {
+      if (row[i] >= 0)
+        v[i] = *reinterpret_cast<const Vec<SrcT, kVec>*>(src + row[i] * src_ld + col);
+    }
+#pragma unroll
+    for (int i = 0; i < kKChunk; ++i) {
+      if (row[i] < 0) continue;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) acc[j] = fmaf(w[i], to_float(v[i].v[j]), acc[j]);
+    }
   }
   store_floats<OutT, kVec>(acc, out + t * out_ld + col);
 }
 
+int64_t column_tiles(int64_t K, int threads, int vec) {
+  return (K + int64_t{threads} * vec - 1) / (int64_t{threads} * vec);
+}
+
 template <typename SrcT, typename OutT, int kVec>
 void launch(const WeightedReduceArgs& a, const PairRows& rows, cudaStream_t stream) {
-  const int64_t col_tiles = (a.K + int64_t{kThreads} * kVec - 1) / (int64_t{kThreads} * kVec);
-  const dim3 grid(static_cast<unsigned>(a.M), static_cast<unsigned>(col_tiles));
-  weighted_reduce_kernel<SrcT, OutT, kVec><<<grid, kThreads, 0, stream>>>(
+  // Narrower blocks only re-partition the columns; every element's sum is the same.
+  int threads = kMaxThreads;
+  while (threads > kMinThreads && a.M * column_tiles(a.K, threads, kVec) < kMinBlocks) threads /= 2;
+  const dim3 grid(static_cast<unsigned>(a.M),
+                  static_cast<unsigned>(column_tiles(a.K, threads, kVec)));
+  weighted_reduce_kernel<SrcT, OutT, kVec><<<grid, threads, 0, stream>>>(
       static_cast<const SrcT*>(a.src), a.src_ld, rows, a.topk_weights, static_cast<int32_t>(a.topk),
       a.K, static_cast<OutT*>(a.out), a.out_ld);
   MODMOE_CUDA_CHECK_LAUNCH();
 }
 
-// The widest vector (4, 2 or 1 elements) that K, both leading dimensions and both pointers allow.
+// The widest vector that K, both leading dimensions and both pointers allow: 8 elements when
+// src and out are both 16-bit (16-byte accesses), else 4, 2 or 1.
 int vector_width(const WeightedReduceArgs& a) {
   const size_t src_size = dtype_size(a.src_dtype), out_size = dtype_size(a.out_dtype);
-  for (int vec : {4, 2}) {
+  const int widest = src_size == 2 && out_size == 2 ? 8 : 4;
+  for (int vec : {8, 4, 2}) {
+    if (vec > widest) continue;
     if (a.K % vec == 0 && a.src_ld % vec == 0 && a.out_ld % vec == 0 &&
         is_aligned(a.src, src_size * vec) && is_aligned(a.out, out_size * vec))
       return vec;
@@ -101,6 +140,9 @@ void weighted_reduce(const WeightedReduceArgs& a, cudaStream_t stream) {
     using SrcT = typename decltype(src_tag)::type;
     dispatch_float_io(a.out_dtype, kFn, [&](auto out_tag) {
       using OutT = typename decltype(out_tag)::type;
+      if constexpr (sizeof(SrcT) == 2 && sizeof(OutT) == 2) {
+        if (vec == 8) return launch<SrcT, OutT, 8>(a, rows, stream);
+      }
       if (vec == 4) {
         launch<SrcT, OutT, 4>(a, rows, stream);
       } else if (vec == 2) {
