@@ -72,17 +72,26 @@ class DeviceBuffer {
     if (ptr_ != nullptr) cudaFree(ptr_);
   }
 
+  // upload() and fill() run on the legacy default stream and may return before the device
+  // has finished (a pageable copy returns once staged, a device memset is asynchronous). The
+  // GEMMs run on cudaStreamNonBlocking streams, which do not wait for the legacy stream, so
+  // both wait for the device here: otherwise a late memset can overwrite results with the
+  // poison (seen as -nan under GPU contention) and a late copy can feed stale operands.
   template <typename T>
   void upload(const std::vector<T>& host) {
     MODMOE_CUDA_CHECK(
         cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    MODMOE_CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::vector<uint8_t> download() const {
     std::vector<uint8_t> host(bytes_);
     MODMOE_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes_, cudaMemcpyDeviceToHost));
     return host;
   }
-  void fill(uint8_t byte) { MODMOE_CUDA_CHECK(cudaMemset(ptr_, byte, bytes_)); }
+  void fill(uint8_t byte) {
+    MODMOE_CUDA_CHECK(cudaMemset(ptr_, byte, bytes_));
+    MODMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  }
 
   void* get() const { return ptr_; }
   template <typename T>
