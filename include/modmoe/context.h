@@ -8,6 +8,8 @@
 
 namespace modmoe {
 
+class Tracer;  // modmoe/trace.h
+
 struct Context {
   Device device = Device::cpu();
   void* stream = nullptr;          // cudaStream_t on CUDA; unused on the CPU
@@ -17,6 +19,8 @@ struct Context {
   // ModularKernel::forward processes at most this many tokens per Experts::apply call, so
   // workspaces stay bounded for large M (vLLM: VLLM_FUSED_MOE_CHUNK_SIZE). <= 0: no limit.
   int64_t chunk_size = 32768;
+  // Receives a named range around each stage of the forward (modmoe/trace.h); nullptr: none.
+  Tracer* tracer = nullptr;
 
   static Context cpu() { return Context{}; }
   // The allocator to use: `allocator` if set, else the default for `device`.

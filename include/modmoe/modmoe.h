@@ -8,6 +8,7 @@
 #include "modmoe/error.h"
 #include "modmoe/experts.h"
 #include "modmoe/modular_kernel.h"
+#include "modmoe/moe_gemm.h"
 #include "modmoe/moe_types.h"
 #include "modmoe/prepare_finalize.h"
 #include "modmoe/quant.h"
@@ -15,3 +16,4 @@
 #include "modmoe/router.h"
 #include "modmoe/tensor.h"
 #include "modmoe/topk_weight_and_reduce.h"
+#include "modmoe/trace.h"

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/validate.h"
+#include "modmoe/trace.h"
 
 namespace modmoe {
 
@@ -121,12 +122,26 @@ void ModularKernel::forward(const Context& ctx, const ForwardArgs& args) const {
   pargs.weights = &args.weights;
   PrepareResult prep;
   if (prepare_finalize_->has_prepare_no_receive()) {
-    PrepareReceiver receive = prepare_finalize_->prepare_no_receive(ctx, pargs);
-    if (shared_experts_) shared_experts_(ctx, x);
+    PrepareReceiver receive;
+    {
+      TraceRange range(ctx, "prepare");
+      receive = prepare_finalize_->prepare_no_receive(ctx, pargs);
+    }
+    if (shared_experts_) {
+      TraceRange range(ctx, "shared_experts");
+      shared_experts_(ctx, x);
+    }
+    TraceRange range(ctx, "prepare_receive");
     prep = receive();
   } else {
-    prep = prepare_finalize_->prepare(ctx, pargs);
-    if (shared_experts_) shared_experts_(ctx, x);
+    {
+      TraceRange range(ctx, "prepare");
+      prep = prepare_finalize_->prepare(ctx, pargs);
+    }
+    if (shared_experts_) {
+      TraceRange range(ctx, "shared_experts");
+      shared_experts_(ctx, x);
+    }
   }
 
   // 2. Workspaces, sized for one chunk of tokens.
@@ -181,6 +196,7 @@ void ModularKernel::forward(const Context& ctx, const ForwardArgs& args) const {
     a.workspace2 = Tensor(ws2.tensor().data(), cws.workspace_dtype, cws.workspace2, ctx.device);
     a.expert_tokens_meta = meta;
     a.apply_router_weight_on_input = args.apply_router_weight_on_input;
+    TraceRange range(ctx, "apply");
     experts_->apply(ctx, a);
   }
 
@@ -192,6 +208,7 @@ void ModularKernel::forward(const Context& ctx, const ForwardArgs& args) const {
   f.topk_ids = args.topk_ids;
   f.expert_map = args.expert_map;
   f.apply_router_weight_on_input = args.apply_router_weight_on_input;
+  TraceRange range(ctx, "finalize");
   prepare_finalize_->finalize(ctx, f, *reduce);
 }
 

@@ -7,6 +7,7 @@
 #include "cpu/quant_rows.h"
 #include "cpu/rows.h"
 #include "modmoe/activation.h"
+#include "modmoe/trace.h"
 
 namespace modmoe::cpu {
 
@@ -50,7 +51,7 @@ void dequantize_input_row(const void* row, DType dtype, int64_t K, QuantScheme s
   }
 }
 
-void run_expert_mlp(const MoEConfig& c, const ExpertWeights& w, int64_t rows,
+void run_expert_mlp(const Context& ctx, const MoEConfig& c, const ExpertWeights& w, int64_t rows,
                     const int64_t* m_indptr, float* ws13, float* ws2) {
   if (rows == 0) return;
   const int64_t E = c.num_local_experts, K = c.hidden_size, N = c.intermediate_size;
@@ -66,11 +67,15 @@ void run_expert_mlp(const MoEConfig& c, const ExpertWeights& w, int64_t rows,
   // GEMM1: H (rows, R) = A (rows, K) * w13^T.        A in ws2, H in ws13.
   float* A = ws2;
   float* H = ws13;
-  grouped_gemm_nt(E, m_indptr, A, K, w13.data(), H, R);
+  {
+    TraceRange range(ctx, "gemm1");
+    grouped_gemm_nt(E, m_indptr, A, K, w13.data(), H, R);
+  }
 
   // Activation: act (rows, N) into ws2 (A is no longer needed).
   float* act = ws2;
   const bool gated = is_gated(c.activation);
+  TraceRange activation_range(ctx, "activation");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* h = H + r * R;
@@ -82,9 +87,12 @@ void run_expert_mlp(const MoEConfig& c, const ExpertWeights& w, int64_t rows,
     }
   }
 
+  activation_range.close();
+
   // GEMM2's input is quantized exactly as a real fp8 kernel would see it (and as the oracle
   // emulates): quantize each row with the scheme's scales, then dequantize back to fp32.
   if (scheme != QuantScheme::none) {
+    TraceRange range(ctx, "quantize2");
     float tensor_scale = 0.0f;
     if (scheme == QuantScheme::fp8_tensor) {
       if (c.quant.static_act_scale) {
@@ -113,6 +121,7 @@ void run_expert_mlp(const MoEConfig& c, const ExpertWeights& w, int64_t rows,
   }
 
   // GEMM2: Y (rows, K) = act (rows, N) * w2^T.       act in ws2, Y in ws13.
+  TraceRange range(ctx, "gemm2");
   grouped_gemm_nt(E, m_indptr, act, N, w2.data(), ws13, K);
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cpu/gemm.h"
+#include "modmoe/context.h"
 #include "modmoe/moe_types.h"
 
 namespace modmoe::cpu {
@@ -16,9 +17,10 @@ WeightOperand expert_operand(const Tensor& w, const Tensor& scale, QuantScheme s
 // Rows [m_indptr[e], m_indptr[e+1]) belong to local expert e (num_local_experts + 1 entries).
 // In:  ws2  holds A (rows, K) fp32, the dequantized expert inputs.
 // Out: ws13 holds Y (rows, K) fp32, the (unweighted) expert outputs.
-// ws13 needs rows * max(w13_rows, K) floats, ws2 rows * max(N, K).
-void run_expert_mlp(const MoEConfig& config, const ExpertWeights& weights, int64_t rows,
-                    const int64_t* m_indptr, float* ws13, float* ws2);
+// ws13 needs rows * max(w13_rows, K) floats, ws2 rows * max(N, K). `ctx` only carries the
+// tracer (ranges gemm1, activation, quantize2, gemm2).
+void run_expert_mlp(const Context& ctx, const MoEConfig& config, const ExpertWeights& weights,
+                    int64_t rows, const int64_t* m_indptr, float* ws13, float* ws2);
 
 // Dequantizes one row of expert input into fp32: bf16/fp16/fp32 rows are converted, fp8 rows
 // are multiplied by their scales (`row_scale`: the row's scales, or the per-tensor scale).

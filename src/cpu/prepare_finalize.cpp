@@ -7,6 +7,7 @@
 #include "cpu/rows.h"
 #include "cpu/topk_weight_and_reduce.h"
 #include "modmoe/quant.h"
+#include "modmoe/trace.h"
 
 namespace modmoe::cpu {
 
@@ -54,6 +55,7 @@ std::pair<Tensor, Tensor> quantize_input(const Context& ctx, const Tensor& a, co
     storage.emplace_back(ctx.alloc(), scale_dtype(scheme), act_scale_shape(scheme, M, K));
     scale = storage.back().tensor();
   }
+  TraceRange range(ctx, "quantize");
   quantize_activations(ctx, a, scheme, c.quant.static_act_scale, q, scale);
   return {q, scale};
 }
@@ -116,6 +118,7 @@ PrepareResult BatchedPrepareAndFinalize::prepare(const Context& ctx, const Prepa
   std::fill(n, n + E_local, 0);
 
   // Token order within each expert: the order NaiveBatched assumes when it reduces.
+  TraceRange range(ctx, "dispatch");
   const int32_t* map = args.expert_map.defined() ? args.expert_map.data_ptr<int32_t>() : nullptr;
   const size_t row_bytes = K * dtype_size(q.dtype());
   const size_t scale_row_bytes = groups * (per_row_scale ? dtype_size(scale.dtype()) : 0);

@@ -9,6 +9,7 @@
 #include "cpu/rows.h"
 #include "cpu/topk_weight_and_reduce.h"
 #include "modmoe/numeric.h"
+#include "modmoe/trace.h"
 
 namespace modmoe::cpu {
 
@@ -80,6 +81,7 @@ void ReferenceExperts::apply(const Context& ctx, const ApplyArgs& a) {
       << kFn << ": workspaces smaller than workspace_shapes() declared";
 
   // Permute: group the (token, k) pairs by local expert, stable in pair order.
+  TraceRange permute_range(ctx, "permute");
   const int32_t* map = a.expert_map.defined() ? a.expert_map.data_ptr<int32_t>() : nullptr;
   const int64_t pairs = M * topk;
   std::vector<int64_t> expert_of(pairs), m_indptr(E_local + 1, 0), row_of(pairs, -1);
@@ -95,23 +97,27 @@ void ReferenceExperts::apply(const Context& ctx, const ApplyArgs& a) {
     row_of[p] = cursor[expert_of[p]]++;
     pair_of[row_of[p]] = p;
   }
+  permute_range.close();
 
   // Gather + dequantize the inputs into ws2, run the MLP, outputs land in ws13.
   float* ws13 = a.workspace13.data_ptr<float>();
   float* ws2 = a.workspace2.data_ptr<float>();
   const DType in_dtype = a.hidden_states.dtype();
   const size_t in_row_bytes = K * dtype_size(in_dtype);
+  TraceRange gather_range(ctx, "gather");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = pair_of[r] / topk;
     dequantize_input_row(static_cast<const char*>(a.hidden_states.data()) + t * in_row_bytes,
                          in_dtype, K, c.quant.scheme, row_scale_ptr(a.a1q_scale, t), ws2 + r * K);
   }
-  run_expert_mlp(c, *a.weights, rows, m_indptr.data(), ws13, ws2);
+  gather_range.close();
+  run_expert_mlp(ctx, c, *a.weights, rows, m_indptr.data(), ws13, ws2);
   const float* Y = ws13;
 
   if (reduce_in_experts_) {
     // Unpermute + top-k weight + reduce, in fixed k order (deterministic).
+    TraceRange range(ctx, "reduce");
     const float* w = a.topk_weights.data_ptr<float>();
     const size_t out_row_bytes = K * dtype_size(a.output.dtype());
 #pragma omp parallel
@@ -132,6 +138,7 @@ void ReferenceExperts::apply(const Context& ctx, const ApplyArgs& a) {
     }
   } else {
     // Unpermute only: (M, topk, K); pairs of non-local experts are written as zeros.
+    TraceRange range(ctx, "unpermute");
     float* out = a.output.data_ptr<float>();
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < pairs; ++p) {
@@ -199,6 +206,7 @@ void BatchedReferenceExperts::apply(const Context& ctx, const ApplyArgs& a) {
   float* ws2 = a.workspace2.data_ptr<float>();
   const DType in_dtype = a.hidden_states.dtype();
   const size_t in_row_bytes = K * dtype_size(in_dtype);
+  TraceRange gather_range(ctx, "gather");
 #pragma omp parallel for schedule(static)
   for (int64_t e = 0; e < E_local; ++e) {
     for (int64_t i = 0; i < n[e]; ++i) {
@@ -208,7 +216,9 @@ void BatchedReferenceExperts::apply(const Context& ctx, const ApplyArgs& a) {
                            ws2 + r * K);
     }
   }
-  run_expert_mlp(c, *a.weights, rows, m_indptr.data(), ws13, ws2);
+  gather_range.close();
+  run_expert_mlp(ctx, c, *a.weights, rows, m_indptr.data(), ws13, ws2);
+  TraceRange scatter_range(ctx, "scatter");
   float* out = a.output.data_ptr<float>();
 #pragma omp parallel for schedule(static)
   for (int64_t e = 0; e < E_local; ++e) {

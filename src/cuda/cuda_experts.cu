@@ -26,6 +26,7 @@
 #include "cuda/quantize.h"
 #include "cuda/reduce.h"
 #include "modmoe/quant.h"
+#include "modmoe/trace.h"
 
 namespace modmoe::cuda {
 
@@ -100,7 +101,7 @@ struct Gemm1Input {
 
 // GEMM1 -> activation -> [quantize]. Afterwards buf.a2 holds GEMM2's operand for the rows
 // [0, m_indptr[E_local]); returns the scale GEMM2 must apply to it (null when unquantized).
-const void* run_gemm1_and_activation(const MoEConfig& c, const MlpPlan& plan,
+const void* run_gemm1_and_activation(const Context& ctx, const MoEConfig& c, const MlpPlan& plan,
                                      const ExpertWeights& w, const Gemm1Input& in,
                                      const MlpBuffers& buf, cudaStream_t stream) {
   const int64_t N = c.intermediate_size, K = c.hidden_size, E_local = c.num_local_experts;
@@ -133,17 +134,23 @@ const void* run_gemm1_and_activation(const MoEConfig& c, const MlpPlan& plan,
     g.ldd = plan.h_cols;
     g.d_dtype = DType::fp32;
   }
-  grouped_gemm(g, stream);
+  {
+    // With a fused gated activation the epilogue computes it: no "activation" range follows.
+    TraceRange range(ctx, "gemm1");
+    grouped_gemm(g, stream);
+  }
 
   // The fp32 rows the quantizer reads (when quantized).
   const float* to_quantize = buf.h;
   if (!plan.gated) {
+    TraceRange range(ctx, "activation");
     // In place when a quantization follows; into GEMM2's operand otherwise.
     void* out = plan.quantized ? static_cast<void*>(buf.h) : buf.a2;
     activation_no_mul(c.activation, buf.h, DType::fp32, N, out,
                       plan.quantized ? DType::fp32 : c.in_dtype, N, in.max_rows, num_rows, N,
                       stream);
   } else if (!plan.fused) {
+    TraceRange range(ctx, "activation");
     void* out = plan.quantized ? static_cast<void*>(buf.act) : buf.a2;
     activation_and_mul(c.activation, c.gated_layout, buf.h, DType::fp32, 2 * N, out,
                        plan.quantized ? DType::fp32 : c.in_dtype, N, in.max_rows, num_rows, N,
@@ -154,6 +161,7 @@ const void* run_gemm1_and_activation(const MoEConfig& c, const MlpPlan& plan,
 
   // One dynamic per-tensor scale per apply call (per chunk), over the routed rows only.
   void* scale = c.quant.static_act_scale ? w.a2_scale.data() : buf.a2_scale;
+  TraceRange range(ctx, "quantize2");
   quantize_rows(to_quantize, DType::fp32, N, in.max_rows, num_rows, N, scheme,
                 c.quant.static_act_scale, static_cast<uint8_t*>(buf.a2), scale, stream);
   return scale;
@@ -352,7 +360,9 @@ void CudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   p.expert_map = a.expert_map.defined() ? a.expert_map.data_ptr<int32_t>() : nullptr;
   p.num_experts = E;
   p.num_local_experts = c.num_local_experts;
+  TraceRange permute_range(ctx, "permute");
   permute(p, l.perm, stream);
+  permute_range.close();
 
   // 2. GEMM1 (gathering the token rows) -> activation -> [quantize].
   Gemm1Input in;
@@ -361,14 +371,16 @@ void CudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   in.a_scale = a.a1q_scale.defined() ? a.a1q_scale.data() : nullptr;
   in.m_indptr = l.perm.m_indptr;
   in.max_rows = M * topk;
-  const void* a2_scale = run_gemm1_and_activation(c, plan, *a.weights, in, l.mlp, stream);
+  const void* a2_scale = run_gemm1_and_activation(ctx, c, plan, *a.weights, in, l.mlp, stream);
 
   // 3. GEMM2 over the same rows into y (P, K) fp32.
   GroupedGemmArgs g2 = gemm2_args(c, plan, *a.weights, l.mlp, a2_scale);
   g2.m_indptr = l.perm.m_indptr;
   g2.max_rows = M * topk;
   g2.D = l.y;
+  TraceRange gemm2_range(ctx, "gemm2");
   grouped_gemm(g2, stream);
+  gemm2_range.close();
 
   // 4. Unpermute + top-k weight + reduce: out[t] = sum_k w[t, k] * y[row_of_pair[t, k]].
   WeightedReduceArgs r;
@@ -383,6 +395,7 @@ void CudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   r.out = a.output.data();
   r.out_dtype = a.output.dtype();
   r.out_ld = K;
+  TraceRange reduce_range(ctx, "reduce");
   weighted_reduce(r, stream);
 }
 
@@ -437,9 +450,11 @@ void BatchedCudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
 
   // 1. Pack the valid rows: m_indptr over the counts, and the maps both ways.
+  TraceRange pack_range(ctx, "pack");
   batched_pack_indices(a.expert_tokens_meta->expert_num_tokens.data_ptr<int32_t>(), E_local, T,
                        l.packed_rows, l.counts, l.m_indptr, l.packed_to_batched,
                        l.batched_to_packed, stream);
+  pack_range.close();
 
   // 2. GEMM1 over the packed rows, gathering from (E_local, T, K) -> activation -> [quantize].
   Gemm1Input in;
@@ -448,7 +463,7 @@ void BatchedCudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   in.a_scale = a.a1q_scale.defined() ? a.a1q_scale.data() : nullptr;
   in.m_indptr = l.m_indptr;
   in.max_rows = l.packed_rows;
-  const void* a2_scale = run_gemm1_and_activation(c, plan, *a.weights, in, l.mlp, stream);
+  const void* a2_scale = run_gemm1_and_activation(ctx, c, plan, *a.weights, in, l.mlp, stream);
 
   // 3. GEMM2 in batched mode: logical row e * T + i (i < counts[e]) reads packed row
   //    batched_to_packed[e * T + i] and is written to output row e * T + i.
@@ -458,6 +473,7 @@ void BatchedCudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   g2.batch_rows = T;
   g2.max_rows = l.packed_rows;  // bounds the sum of the (clamped) counts
   g2.D = a.output.data();
+  TraceRange gemm2_range(ctx, "gemm2");
   grouped_gemm(g2, stream);
 }
 

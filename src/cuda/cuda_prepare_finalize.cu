@@ -14,6 +14,7 @@
 #include "cuda/permute.h"
 #include "cuda/quantize.h"
 #include "modmoe/quant.h"
+#include "modmoe/trace.h"
 
 namespace modmoe::cuda {
 
@@ -95,6 +96,7 @@ std::pair<Tensor, Tensor> quantize_input(const Context& ctx, const Tensor& a, co
                          ctx.stream);
     scale = storage.back().tensor();
   }
+  TraceRange range(ctx, "quantize");
   quantize_rows(a.data(), a.dtype(), K, M, /*num_rows=*/nullptr, K, scheme,
                 c.quant.static_act_scale, static_cast<uint8_t*>(q.data()), scale.data(),
                 static_cast<cudaStream_t>(ctx.stream));
@@ -166,6 +168,7 @@ PrepareResult BatchedPrepareAndFinalize::prepare(const Context& ctx, const Prepa
   const Tensor counts = r.storage.back().tensor();
 
   // Slots in token order: the permute's stable sort ranks every pair within its expert.
+  TraceRange range(ctx, "dispatch");
   const int64_t num_pairs = M * topk;
   ByteCarver sizing(nullptr);
   PermuteWorkspace::carve(sizing, num_pairs, E_local);

@@ -1,0 +1,68 @@
+// moe_gemm_groupwise on CUDA against the CPU backend (same contract, src/moe_gemm.cpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda/cuda_session.h"
+#include "cuda/gpu_test.h"
+#include "modmoe/modmoe.h"
+#include "modmoe/numeric.h"
+
+namespace modmoe {
+namespace {
+
+TEST(CudaMoeGemm, MatchesTheCpuBackend) {
+  MODMOE_REQUIRE_GPU();
+  testing::CudaSession gpu;
+  for (DType dtype : {DType::bf16, DType::fp8_e4m3}) {
+    for (bool gated : {false, true}) {
+      const int64_t E = 8, N_b = 256, K = 512, rows = 40;
+      const std::vector<int32_t> indptr = {0, 5, 5, 12, 20, 20, 33, 38, 40};
+      std::mt19937 rng(11);
+      std::normal_distribution<float> n(0.f, 1.f);
+      OwnedTensor a32 = host_tensor(DType::fp32, {rows, K}), b32 = host_tensor(DType::fp32, {E, N_b, K});
+      for (int64_t i = 0; i < a32.tensor().numel(); ++i) a32.data_ptr<float>()[i] = n(rng);
+      for (int64_t i = 0; i < b32.tensor().numel(); ++i) b32.data_ptr<float>()[i] = n(rng) / 20.f;
+      OwnedTensor a, b, as, bs;
+      if (dtype == DType::fp8_e4m3) {
+        a = host_tensor(dtype, {rows, K});
+        b = host_tensor(dtype, {E, N_b, K});
+        as = host_tensor(DType::fp32, act_scale_shape(QuantScheme::fp8_block, rows, K));
+        bs = host_tensor(DType::fp32, weight_scale_shape(QuantScheme::fp8_block, E, N_b, K));
+        quantize_activations(Context::cpu(), a32, QuantScheme::fp8_block, false, a, as);
+        quantize_weights(Context::cpu(), b32, QuantScheme::fp8_block, b, bs);
+      } else {
+        a = host_tensor(dtype, {rows, K});
+        b = host_tensor(dtype, {E, N_b, K});
+        for (int64_t i = 0; i < a32.tensor().numel(); ++i) store_float(a.tensor().data(), dtype, i, a32.data_ptr<float>()[i]);
+        for (int64_t i = 0; i < b32.tensor().numel(); ++i) store_float(b.tensor().data(), dtype, i, b32.data_ptr<float>()[i]);
+      }
+      OwnedTensor m = host_tensor(DType::int32, {E + 1});
+      for (int64_t e = 0; e <= E; ++e) m.data_ptr<int32_t>()[e] = indptr[e];
+      const int64_t N_out = gated ? N_b / 2 : N_b;
+      OwnedTensor out_cpu = host_tensor(DType::fp32, {rows, N_out});
+      MoeGemmOptions o;
+      o.gated = gated;
+      moe_gemm_groupwise(Context::cpu(), a, b, as, bs, m, out_cpu, o);
+
+      auto dev = [&](const Tensor& t) { return t.defined() ? gpu.to_device(t) : OwnedTensor(); };
+      OwnedTensor da = dev(a), db = dev(b), das = dev(as), dbs = dev(bs), dm = dev(m);
+      OwnedTensor dout = gpu.to_device(out_cpu);  // any content: every row is owned here
+      moe_gemm_groupwise(gpu.ctx(), da, db, das, dbs, dm, dout, o);
+      OwnedTensor out_gpu = gpu.to_host(dout);
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < rows * N_out; ++i) {
+        const double d = out_gpu.data_ptr<float>()[i] - out_cpu.data_ptr<float>()[i];
+        num += d * d;
+        den += double(out_cpu.data_ptr<float>()[i]) * out_cpu.data_ptr<float>()[i];
+        ASSERT_TRUE(std::isfinite(out_gpu.data_ptr<float>()[i])) << i;
+      }
+      EXPECT_LT(std::sqrt(num / den), 1e-3) << dtype_name(dtype) << (gated ? " gated" : " plain");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace modmoe
