@@ -44,6 +44,7 @@ __all__ = [
     "fused_moe",
     "has_cuda_backend",
     "list_parts",
+    "moe_gemm_groupwise",
     "quantize_fp8",
     "quantize_weights",
     "select_experts",
@@ -767,4 +768,49 @@ def dequantize_fp8(
         _core.dequantize_weights(
             _arg(fn, "q", q, "fp8_e4m3"), scale_arg, scheme, _arg(fn, "out", out)
         )
+    return out
+
+
+def moe_gemm_groupwise(
+    a: Any,
+    b: Any,
+    m_indptr: Any,
+    a_scale: Any = None,
+    b_scale: Any = None,
+    *,
+    gated: bool = False,
+    gated_layout: str = "gate_up",
+    activation: str = "silu",
+    scale_major_mode: str = "K",
+    out: Any = None,
+    out_dtype: str = "bf16",
+    stream: Any = None,
+) -> Any:
+    """Grouped GEMM over experts: out[rows of e] = a[rows of e] @ b[e].T.
+
+    a (total_rows, K) and b (E, N_b, K), both bf16 or both fp8 e4m3 (uint8 bytes, ml_dtypes or
+    torch float8) with fp32 block scales a_scale (total_rows, K/128) and b_scale
+    (E, ceil(N_b/128), K/128) (``scale_major_mode`` "K"; "MN" is not supported yet).
+    m_indptr (E+1) int32 on the same device: expert e owns rows [m_indptr[e], m_indptr[e+1]);
+    experts may be empty and rows outside every expert are left untouched. With ``gated``
+    (FlashInfer's is_gated) N_out = N_b / 2 and out = act(gate) * up, the halves of b's rows
+    ordered by ``gated_layout`` ("gate_up", "up_gate" (FlashInfer), "interleaved"); otherwise
+    N_out = N_b. N_out must be a multiple of 16, K a multiple of 128 for fp8. out (total_rows,
+    N_out) in ``out_dtype`` (bf16, fp16, fp32) is allocated like ``a`` unless given.
+    """
+    fn = "moe_gemm_groupwise"
+    a_shape = _require_ndim(fn, "a", a, 2, "(total_rows, K)")
+    b_shape = _require_ndim(fn, "b", b, 3, "(E, N_b, K)")
+    n_out = b_shape[1] // 2 if gated else b_shape[1]
+    if out is None:
+        out = _empty(fn, a, (a_shape[0], n_out), _str(fn, "out_dtype", out_dtype))
+    fp8 = a_scale is not None or b_scale is not None
+    device = _device(fn, "a", a)
+    _core.moe_gemm_groupwise(
+        _arg(fn, "a", a, "fp8_e4m3" if fp8 else None), _arg(fn, "b", b, "fp8_e4m3" if fp8 else None),
+        _arg(fn, "a_scale", a_scale), _arg(fn, "b_scale", b_scale), _arg(fn, "m_indptr", m_indptr),
+        _arg(fn, "out", out), bool(gated), _str(fn, "gated_layout", gated_layout),
+        _str(fn, "activation", activation), _str(fn, "scale_major_mode", scale_major_mode),
+        _stream(fn, a, device, stream),
+    )  # fmt: skip
     return out

@@ -29,6 +29,7 @@
 #include "modmoe/cuda.h"
 #include "modmoe/dlpack.h"
 #include "modmoe/modmoe.h"
+#include "modmoe/moe_gemm.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -457,4 +458,26 @@ NB_MODULE(_core, m) {
         modmoe::dequantize_weights(call.ctx, qt, st, s, ot);
       },
       "q"_a.none(), "scale"_a.none(), "scheme"_a, "out"_a.none());
+
+  m.def(
+      "moe_gemm_groupwise",
+      [](nb::handle a, nb::handle b, nb::handle a_scale, nb::handle b_scale, nb::handle m_indptr,
+         nb::handle out, bool gated, const std::string& gated_layout,
+         const std::string& activation, const std::string& scale_major_mode, uintptr_t stream) {
+        ArgTensors t("moe_gemm_groupwise");
+        const Tensor at = t.get("a", a), bt = t.get("b", b), ast = t.get("a_scale", a_scale),
+                     bst = t.get("b_scale", b_scale), mt = t.get("m_indptr", m_indptr),
+                     ot = t.get("out", out);
+        modmoe::MoeGemmOptions o;
+        o.gated = gated;
+        o.gated_layout = modmoe::parse_gated_layout(gated_layout);
+        o.activation = modmoe::parse_activation(activation);
+        o.scale_major_mode = scale_major_mode;
+        CallContext call(device_of(at), stream, nb::none(), nb::none(), std::nullopt);
+        nb::gil_scoped_release release;
+        modmoe::moe_gemm_groupwise(call.ctx, at, bt, ast, bst, mt, ot, o);
+      },
+      "a"_a.none(), "b"_a.none(), "a_scale"_a.none(), "b_scale"_a.none(), "m_indptr"_a.none(),
+      "out"_a.none(), "gated"_a, "gated_layout"_a, "activation"_a, "scale_major_mode"_a,
+      "stream"_a);
 }
