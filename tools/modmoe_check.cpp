@@ -13,14 +13,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <functional>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "cli_case.h"
 #include "modmoe/context.h"
 #include "modmoe/cuda.h"
 #include "modmoe/error.h"
@@ -29,17 +28,12 @@
 #include "oracle/oracle.h"
 #include "oracle/problem.h"
 
-#if MODMOE_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
-
 namespace {
 
 using namespace modmoe;
+using namespace modmoe::cli;
 
 constexpr int kExitPass = 0;
-constexpr int kExitFail = 1;
-constexpr int kExitUsage = 2;
 
 constexpr const char* kUsage = R"(usage:
   modmoe-check --list
@@ -74,34 +68,6 @@ options (one case):
 
 exit status: 0 pass, 1 fail, 2 usage error or incompatible pair
 )";
-
-// A usage error: printed with the program name, exit code 2.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// One configuration to run a pair on.
-struct CaseSpec {
-  MoEConfig config;  // num_local_experts == num_experts unless use_expert_map
-  int64_t M = 64;
-  bool use_expert_map = false;
-  std::optional<int64_t> max_tokens;  // batched parts; default M
-  std::optional<int64_t> chunk_size;  // Context::chunk_size; default: the Context's
-  uint64_t seed = 1;
-  std::optional<double> tol;
-};
-
-MoEConfig default_config() {
-  MoEConfig c;
-  c.num_experts = 8;
-  c.num_local_experts = 8;
-  c.hidden_size = 256;
-  c.intermediate_size = 128;
-  c.topk = 2;
-  c.in_dtype = DType::bf16;
-  return c;
-}
 
 // ARCHITECTURE.md §9: fp8 schemes 3e-2; bf16/fp16 outputs 1e-2; fp32 without quantization 1e-4.
 double default_tolerance(const MoEConfig& c) {
@@ -161,12 +127,7 @@ struct Reference {
 };
 
 Reference make_reference(const CaseSpec& spec) {
-  testing::ProblemSpec ps;
-  ps.config = spec.config;
-  ps.M = spec.M;
-  ps.seed = spec.seed;
-  ps.use_expert_map = spec.use_expert_map;
-  Reference ref{testing::make_problem(ps), {}};
+  Reference ref{make_case_problem(spec), {}};
   oracle::OracleInputs in = ref.problem.oracle_inputs();
   ref.expected = oracle::moe_forward(in);
   if (spec.chunk_size && *spec.chunk_size > 0) {
@@ -202,78 +163,21 @@ Outcome check_pair(const PrepareFinalizeEntry& pf, const ExpertsEntry& ex, const
   return Outcome::fail;
 }
 
-#if MODMOE_WITH_CUDA
-// A non-blocking stream for the GPU runs (forward never uses the legacy default stream).
-class CudaStream {
- public:
-  CudaStream() {
-    const cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
-    MODMOE_CHECK(e == cudaSuccess)
-        << "modmoe-check: cudaStreamCreateWithFlags failed: " << cudaGetErrorString(e);
-  }
-  ~CudaStream() { cudaStreamDestroy(stream_); }
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-#endif
-
 // Runs one forward of `kernel` on the problem and returns its wall time in seconds (the GPU
 // forward is synchronized before the clock stops). On a GPU the inputs and the poisoned output
 // are copied to device buffers and the output is copied back into p.output.
 double forward_on(const ModularKernel& kernel, const testing::Problem& p, const CaseSpec& spec,
                   Device device) {
-  ForwardArgs args;
-  args.hidden_states = p.hidden_states;
-  args.topk_weights = p.topk_weights;
-  args.topk_ids = p.topk_ids;
-  args.output = p.output;
-  args.weights = p.weights();
-  args.expert_map = p.expert_map;
-  if (device.is_cpu()) {
-    Context ctx = Context::cpu();
-    if (spec.chunk_size) ctx.chunk_size = *spec.chunk_size;
-    const auto start = std::chrono::steady_clock::now();
-    kernel.forward(ctx, args);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-#if MODMOE_WITH_CUDA
-  const CudaStream stream;
-  Context ctx = cuda_context(device.index, stream.get());
+  DeviceProblem on_device(p, device, "modmoe-check");
+  Context& ctx = on_device.context();
   if (spec.chunk_size) ctx.chunk_size = *spec.chunk_size;
-  Allocator* alloc = cuda_default_allocator(device.index);
-  std::vector<OwnedTensor> storage;  // destroyed (freed on the stream) before the stream
-  storage.reserve(16);
-  auto to_device = [&](const Tensor& host) -> Tensor {
-    if (!host.defined()) return Tensor();
-    storage.emplace_back(alloc, host.dtype(), host.shape(), ctx.stream);
-    copy_tensor(ctx, storage.back(), host);
-    return storage.back().tensor();
-  };
-  args.hidden_states = to_device(args.hidden_states);
-  args.topk_weights = to_device(args.topk_weights);
-  args.topk_ids = to_device(args.topk_ids);
-  args.output = to_device(args.output);  // carries the host poison over
-  args.expert_map = to_device(args.expert_map);
-  ExpertWeights& w = args.weights;
-  for (Tensor* t : {&w.w13, &w.w2, &w.w13_scale, &w.w2_scale, &w.a13_scale, &w.a2_scale})
-    *t = to_device(*t);
-  synchronize(ctx);
   const auto start = std::chrono::steady_clock::now();
-  kernel.forward(ctx, args);
-  synchronize(ctx);
+  kernel.forward(ctx, on_device.args());
+  on_device.synchronize_if_cuda();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  copy_tensor(ctx, p.output, args.output);
-  synchronize(ctx);
+  on_device.copy_output_to(p.output);
   return seconds;
-#else
-  MODMOE_FAIL() << "modmoe-check: this build has no CUDA backend (device " << device.str() << ")";
-  return 0;
-#endif
 }
 
 // Runs a compatible pair on `ref` and prints one PASS/FAIL line.
@@ -326,151 +230,26 @@ std::vector<std::string> experts_names() {
   return names;
 }
 
-int64_t parse_int(const std::string& flag, const std::string& text) {
-  try {
-    size_t used = 0;
-    const long long v = std::stoll(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError(flag + " expects an integer, got '" + text + "'");
-}
-
-double parse_double(const std::string& flag, const std::string& text) {
-  try {
-    size_t used = 0;
-    const double v = std::stod(text, &used);
-    if (used == text.size() && v > 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError(flag + " expects a positive number, got '" + text + "'");
-}
-
-// Library parsers throw modmoe::Error listing the valid choices; report them as usage errors.
-template <typename Parse>
-auto parse_choice(const std::string& flag, const std::string& text, Parse parse) {
-  try {
-    return parse(text);
-  } catch (const Error& e) {
-    throw UsageError(flag + ": " + e.what());
-  }
-}
-
-DType parse_in_dtype(const std::string& text) {
-  for (DType d : {DType::bf16, DType::fp16, DType::fp32})
-    if (text == dtype_name(d)) return d;
-  throw UsageError("--dtype: unknown dtype '" + text + "', expected one of bf16, fp16, fp32");
-}
-
-// "cpu", "cuda" (GPU 0) or "cuda:N".
-Device parse_device(const std::string& text) {
-  if (text == "cpu") return Device::cpu();
-  if (text == "cuda") return Device::cuda(0);
-  if (text.rfind("cuda:", 0) == 0) {
-    const int64_t index = parse_int("--device", text.substr(5));
-    if (index >= 0) return Device::cuda(static_cast<int>(index));
-  }
-  throw UsageError("--device: expected cpu, cuda or cuda:N, got '" + text + "'");
-}
-
-struct Options {
-  bool help = false, list = false, all = false, quick = false;
-  Device device = Device::cpu();
-  std::string pf_type, experts_type;
-  CaseSpec spec;
-  std::optional<int64_t> num_local_experts;
+// The tool's own options on top of the shared case flags.
+struct Options : CaseArgs {
+  bool list = false, all = false, quick = false;
   std::vector<std::string> case_flags;  // given flags that describe one case (not for --all)
 };
 
 Options parse_args(int argc, char** argv) {
   Options o;
-  o.spec.config = default_config();
-  MoEConfig& c = o.spec.config;
-  std::string flag;  // the flag being parsed, for messages
-  auto positive = [&](const std::string& text) {
-    const int64_t v = parse_int(flag, text);
-    if (v < 1) throw UsageError(flag + " must be >= 1, got " + text);
-    return v;
-  };
-  // Each flag: whether it takes a value, whether it describes one case (refused with --all),
-  // and what it sets.
-  struct Flag {
-    bool takes_value;
-    bool case_flag;
-    std::function<void(const std::string&)> set;
-  };
-  const std::map<std::string, Flag> flags = {
-      {"--help", {false, false, [&](const std::string&) { o.help = true; }}},
-      {"-h", {false, false, [&](const std::string&) { o.help = true; }}},
-      {"--list", {false, false, [&](const std::string&) { o.list = true; }}},
-      {"--all", {false, false, [&](const std::string&) { o.all = true; }}},
-      {"--quick", {false, false, [&](const std::string&) { o.quick = true; }}},
-      {"--seed",
-       {true, false,
-        [&](const std::string& v) {
-          const int64_t seed = parse_int(flag, v);
-          if (seed < 0) throw UsageError("--seed must be >= 0, got " + v);
-          o.spec.seed = static_cast<uint64_t>(seed);
-        }}},
-      {"--device", {true, false, [&](const std::string& v) { o.device = parse_device(v); }}},
-      {"--pf-type", {true, true, [&](const std::string& v) { o.pf_type = v; }}},
-      {"--experts-type", {true, true, [&](const std::string& v) { o.experts_type = v; }}},
-      {"-m", {true, true, [&](const std::string& v) { o.spec.M = positive(v); }}},
-      {"-k", {true, true, [&](const std::string& v) { c.hidden_size = positive(v); }}},
-      {"-n", {true, true, [&](const std::string& v) { c.intermediate_size = positive(v); }}},
-      {"--num-experts", {true, true, [&](const std::string& v) { c.num_experts = positive(v); }}},
-      {"--num-local-experts",
-       {true, true, [&](const std::string& v) { o.num_local_experts = positive(v); }}},
-      {"--topk", {true, true, [&](const std::string& v) { c.topk = positive(v); }}},
-      {"--dtype", {true, true, [&](const std::string& v) { c.in_dtype = parse_in_dtype(v); }}},
-      {"--quant",
-       {true, true,
-        [&](const std::string& v) { c.quant.scheme = parse_choice(flag, v, parse_quant_scheme); }}},
-      {"--static-scale",
-       {false, true, [&](const std::string&) { c.quant.static_act_scale = true; }}},
-      {"--activation",
-       {true, true,
-        [&](const std::string& v) { c.activation = parse_choice(flag, v, parse_activation); }}},
-      {"--layout",
-       {true, true,
-        [&](const std::string& v) { c.gated_layout = parse_choice(flag, v, parse_gated_layout); }}},
-      {"--max-tokens",
-       {true, true, [&](const std::string& v) { o.spec.max_tokens = positive(v); }}},
-      {"--chunk-size",
-       {true, true, [&](const std::string& v) { o.spec.chunk_size = parse_int(flag, v); }}},
-      {"--tol", {true, true, [&](const std::string& v) { o.spec.tol = parse_double(flag, v); }}},
-  };
-  std::map<std::string, int> seen;
-  for (int i = 1; i < argc; ++i) {
-    flag = argv[i];
-    std::optional<std::string> value;  // from "--flag=value"
-    if (const size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    }
-    const auto it = flags.find(flag);
-    if (it == flags.end()) {
-      throw UsageError("unknown argument '" + flag + "' (--help lists the options)");
-    }
-    if (++seen[flag] > 1) throw UsageError(flag + " given more than once");
-    const Flag& f = it->second;
-    if (f.case_flag) o.case_flags.push_back(flag);
-    if (!f.takes_value) {
-      if (value) throw UsageError(flag + " takes no value");
-      f.set("");
-      continue;
-    }
-    if (!value) {
-      if (i + 1 >= argc) throw UsageError(flag + " expects a value");
-      value = argv[++i];
-    }
-    f.set(*value);
-  }
-  o.spec.use_expert_map = o.num_local_experts.has_value();
-  c.num_local_experts = o.num_local_experts.value_or(c.num_experts);
+  FlagTable flags = case_flag_table(o);
+  using S = const std::string&;
+  flags.insert({
+      {"--list", {false, false, [&o](S, S) { o.list = true; }}},
+      {"--all", {false, false, [&o](S, S) { o.all = true; }}},
+      {"--quick", {false, false, [&o](S, S) { o.quick = true; }}},
+      {"--tol", {true, true, [&o](S flag, S v) { o.spec.tol = parse_double(flag, v); }}},
+  });
+  o.case_flags = parse_flags(flags, argc, argv);
+  finish_case_args(o);
   return o;
 }
-
 // ---- modes --------------------------------------------------------------------------------------
 
 int list_parts() {
@@ -697,14 +476,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const UsageError& e) {
-    std::cerr << "modmoe-check: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "modmoe-check: " << e.what() << "\n";
-    return kExitFail;
-  }
-}
+int main(int argc, char** argv) { return modmoe::cli::run_main("modmoe-check", run, argc, argv); }
