@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/op_checks.h"
 #include "cpu/quant_rows.h"
 #include "modmoe/error.h"
 #include "modmoe/numeric.h"
@@ -84,57 +85,12 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// ---- validation --------------------------------------------------------------------------
+// ---- validation (the shared checks live in core/op_checks.h) ------------------------------
 
 void check_context(const char* fn, const Context& ctx) {
   MODMOE_CHECK(ctx.device.is_cpu())
       << fn << ": ctx.device must be cpu (this is the CPU implementation), got "
       << ctx.device.str();
-}
-
-void check_scheme(const char* fn, QuantScheme scheme) {
-  MODMOE_CHECK(scheme != QuantScheme::none)
-      << fn << ": scheme must be one of fp8-tensor, fp8-token, fp8-block, mxfp8, got none "
-      << "(nothing to quantize)";
-}
-
-void check_contiguous_cpu(const char* fn, const char* arg, const Tensor& t) {
-  MODMOE_CHECK(t.device().is_cpu()) << fn << ": " << arg << " must be on cpu, got " << t.describe();
-  MODMOE_CHECK(t.is_contiguous()) << fn << ": " << arg << " must be contiguous (row-major), got "
-                                  << t.describe() << " with strides " << shape_str(t.strides());
-}
-
-// A float tensor (bf16 / fp16 / fp32) of the given rank: the unquantized side.
-void check_float_tensor(const char* fn, const char* arg, const Tensor& t, int rank,
-                        const char* dims) {
-  MODMOE_CHECK(t.defined()) << fn << ": " << arg << " must be a " << rank << "-D " << dims
-                            << " bf16, fp16 or fp32 tensor, got undefined";
-  MODMOE_CHECK(t.dtype() == DType::bf16 || t.dtype() == DType::fp16 || t.dtype() == DType::fp32)
-      << fn << ": " << arg << " must be bf16, fp16 or fp32, got " << t.describe();
-  MODMOE_CHECK(t.ndim() == rank) << fn << ": " << arg << " must be " << rank << "-D " << dims
-                                 << ", got " << t.describe();
-  check_contiguous_cpu(fn, arg, t);
-}
-
-// A tensor whose dtype and shape are fully determined; `context` says why (shown on error).
-void check_exact(const char* fn, const char* arg, const Tensor& t, DType dtype, const Shape& shape,
-                 const std::string& context) {
-  MODMOE_CHECK(t.defined() && t.dtype() == dtype && t.shape() == shape)
-      << fn << ": " << arg << " must be " << dtype_name(dtype) << " " << shape_str(shape) << " for "
-      << context << ", got " << t.describe();
-  check_contiguous_cpu(fn, arg, t);
-}
-
-void check_no_overlap(const char* fn, const char* out_name, const Tensor& out, const char* in_name,
-                      const Tensor& in) {
-  MODMOE_CHECK(!out.overlaps(in)) << fn << ": " << out_name << " must not overlap " << in_name
-                                  << " (" << out_name << " " << out.describe() << ", " << in_name
-                                  << " " << in.describe() << ")";
-}
-
-std::string act_context(QuantScheme scheme, int64_t M, int64_t K) {
-  return std::string(quant_scheme_name(scheme)) + " with (M, K) = (" + std::to_string(M) + ", " +
-         std::to_string(K) + ")";
 }
 
 std::string weight_context(QuantScheme scheme, int64_t E, int64_t N, int64_t K) {
@@ -237,18 +193,8 @@ void quantize_activations(const Context& ctx, const Tensor& x, QuantScheme schem
                           bool static_scale, const Tensor& q, const Tensor& scale) {
   constexpr const char* fn = "quantize_activations";
   check_context(fn, ctx);
-  check_scheme(fn, scheme);
-  MODMOE_CHECK(!static_scale || scheme == QuantScheme::fp8_tensor)
-      << fn << ": static_scale is only supported with fp8-tensor, got "
-      << quant_scheme_name(scheme);
-  check_float_tensor(fn, "x", x, 2, "(M, K)");
+  check_quantize_activations_args(fn, x, scheme, static_scale, q, scale, ctx.device);
   const int64_t M = x.size(0), K = x.size(1);
-  const std::string context = act_context(scheme, M, K);
-  check_exact(fn, "q", q, DType::fp8_e4m3, {M, K}, context);
-  check_exact(fn, "scale", scale, scale_dtype(scheme), act_scale_shape(scheme, M, K), context);
-  check_no_overlap(fn, "q", q, "x", x);
-  check_no_overlap(fn, "q", q, "scale", scale);
-  if (!static_scale) check_no_overlap(fn, "scale", scale, "x", x);
 
   uint8_t* q_data = q.data_ptr<uint8_t>();
   if (scheme == QuantScheme::fp8_tensor) {
@@ -275,14 +221,8 @@ void dequantize_activations(const Context& ctx, const Tensor& q, const Tensor& s
                             QuantScheme scheme, const Tensor& out) {
   constexpr const char* fn = "dequantize_activations";
   check_context(fn, ctx);
-  check_scheme(fn, scheme);
-  check_float_tensor(fn, "out", out, 2, "(M, K)");
+  check_dequantize_activations_args(fn, q, scale, scheme, out, ctx.device);
   const int64_t M = out.size(0), K = out.size(1);
-  const std::string context = act_context(scheme, M, K);
-  check_exact(fn, "q", q, DType::fp8_e4m3, {M, K}, context);
-  check_exact(fn, "scale", scale, scale_dtype(scheme), act_scale_shape(scheme, M, K), context);
-  check_no_overlap(fn, "out", out, "q", q);
-  check_no_overlap(fn, "out", out, "scale", scale);
 
   const uint8_t* q_data = q.data_ptr<const uint8_t>();
   const uint8_t* scale_data = scale.data_ptr<const uint8_t>();
@@ -356,13 +296,13 @@ void quantize_weights(const Context& ctx, const Tensor& w, QuantScheme scheme, c
                       const Tensor& scale) {
   constexpr const char* fn = "quantize_weights";
   check_context(fn, ctx);
-  check_scheme(fn, scheme);
-  check_float_tensor(fn, "w", w, 3, "(E, N, K)");
+  check_quant_scheme(fn, scheme);
+  check_float_operand(fn, "w", w, 3, "(E, N, K)", ctx.device);
   const int64_t E = w.size(0), N = w.size(1), K = w.size(2);
   const std::string context = weight_context(scheme, E, N, K);
-  check_exact(fn, "q", q, DType::fp8_e4m3, {E, N, K}, context);
-  check_exact(fn, "scale", scale, scale_dtype(scheme), weight_scale_shape(scheme, E, N, K),
-              context);
+  check_exact_operand(fn, "q", q, DType::fp8_e4m3, {E, N, K}, context, ctx.device);
+  check_exact_operand(fn, "scale", scale, scale_dtype(scheme), weight_scale_shape(scheme, E, N, K),
+                      context, ctx.device);
   check_no_overlap(fn, "q", q, "w", w);
   check_no_overlap(fn, "q", q, "scale", scale);
   check_no_overlap(fn, "scale", scale, "w", w);
@@ -395,13 +335,13 @@ void dequantize_weights(const Context& ctx, const Tensor& q, const Tensor& scale
                         QuantScheme scheme, const Tensor& out) {
   constexpr const char* fn = "dequantize_weights";
   check_context(fn, ctx);
-  check_scheme(fn, scheme);
-  check_float_tensor(fn, "out", out, 3, "(E, N, K)");
+  check_quant_scheme(fn, scheme);
+  check_float_operand(fn, "out", out, 3, "(E, N, K)", ctx.device);
   const int64_t E = out.size(0), N = out.size(1), K = out.size(2);
   const std::string context = weight_context(scheme, E, N, K);
-  check_exact(fn, "q", q, DType::fp8_e4m3, {E, N, K}, context);
-  check_exact(fn, "scale", scale, scale_dtype(scheme), weight_scale_shape(scheme, E, N, K),
-              context);
+  check_exact_operand(fn, "q", q, DType::fp8_e4m3, {E, N, K}, context, ctx.device);
+  check_exact_operand(fn, "scale", scale, scale_dtype(scheme), weight_scale_shape(scheme, E, N, K),
+                      context, ctx.device);
   check_no_overlap(fn, "out", out, "q", q);
   check_no_overlap(fn, "out", out, "scale", scale);
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/op_checks.h"
 #include "modmoe/error.h"
 #include "modmoe/numeric.h"
 
@@ -208,58 +209,10 @@ void grouped_topk_rows(const LogitRows& logits, const float* correction_bias, in
 
 namespace {
 
-// ---- argument validation ----------------------------------------------------------------
-
+// The shared argument checks live in core/op_checks.h; only the context's device is ours.
 void check_context(const char* fn, const Context& ctx) {
   MODMOE_CHECK(ctx.device.is_cpu())
       << fn << ": ctx.device must be cpu (the CPU router), got " << ctx.device.str();
-}
-
-void check_on_cpu(const char* fn, const char* name, const Tensor& t) {
-  MODMOE_CHECK(t.defined()) << fn << ": " << name << " must be defined, got undefined";
-  MODMOE_CHECK(t.device().is_cpu())
-      << fn << ": " << name << " must be on cpu, got " << t.describe();
-}
-
-void check_logits(const char* fn, const Tensor& logits) {
-  check_on_cpu(fn, "logits", logits);
-  const DType d = logits.dtype();
-  MODMOE_CHECK(logits.ndim() == 2 && (d == DType::bf16 || d == DType::fp16 || d == DType::fp32))
-      << fn << ": logits must be bf16, fp16 or fp32 (M, E), got " << logits.describe();
-}
-
-void check_topk(const char* fn, int64_t topk, int64_t num_experts) {
-  MODMOE_CHECK(topk >= 1 && topk <= num_experts)
-      << fn << ": topk must be in [1, E=" << num_experts << "], got " << topk;
-}
-
-// Rows may sit at any stride, but one row's k entries are contiguous and rows must not alias
-// (two threads would write the same memory).
-void check_output_layout(const char* fn, const char* name, const Tensor& t, int64_t topk) {
-  const int64_t rows = t.size(0);
-  MODMOE_CHECK((topk == 1 || t.stride(1) == 1) && (rows <= 1 || t.stride(0) >= topk))
-      << fn << ": " << name
-      << " must have contiguous rows (column stride 1, row stride >= topk=" << topk
-      << "), got strides " << shape_str(t.strides());
-}
-
-void check_outputs(const char* fn, const Tensor& logits, int64_t topk, const Tensor& weights,
-                   const Tensor& ids) {
-  const Shape expected{logits.size(0), topk};
-  check_on_cpu(fn, "topk_weights", weights);
-  MODMOE_CHECK(weights.dtype() == DType::fp32 && weights.shape() == expected)
-      << fn << ": topk_weights must be fp32 (M, topk) = " << shape_str(expected) << ", got "
-      << weights.describe();
-  check_on_cpu(fn, "topk_ids", ids);
-  MODMOE_CHECK(is_index_dtype(ids.dtype()) && ids.shape() == expected)
-      << fn << ": topk_ids must be int32 or int64 (M, topk) = " << shape_str(expected) << ", got "
-      << ids.describe();
-  check_output_layout(fn, "topk_weights", weights, topk);
-  check_output_layout(fn, "topk_ids", ids, topk);
-  MODMOE_CHECK(!weights.overlaps(ids))
-      << fn << ": topk_weights and topk_ids must not overlap in memory";
-  MODMOE_CHECK(!weights.overlaps(logits) && !ids.overlaps(logits))
-      << fn << ": topk_weights and topk_ids must not overlap logits in memory";
 }
 
 }  // namespace
@@ -272,9 +225,9 @@ void softmax_topk(const Context& ctx, const Tensor& logits, int64_t topk, bool r
                   const Tensor& topk_weights, const Tensor& topk_ids) {
   constexpr const char* fn = "softmax_topk";
   check_context(fn, ctx);
-  check_logits(fn, logits);
-  check_topk(fn, topk, logits.size(1));
-  check_outputs(fn, logits, topk, topk_weights, topk_ids);
+  check_router_logits(fn, logits, ctx.device);
+  check_router_topk(fn, topk, logits.size(1));
+  check_router_outputs(fn, logits, topk, topk_weights, topk_ids, ctx.device);
   const int64_t num_tokens = logits.size(0);
   if (num_tokens == 0) return;
   cpu::softmax_topk_rows(cpu::LogitRows(logits), num_tokens, topk, renormalize,
@@ -286,36 +239,11 @@ void grouped_topk(const Context& ctx, const Tensor& logits, const Tensor& correc
                   const Tensor& topk_ids) {
   constexpr const char* fn = "grouped_topk";
   check_context(fn, ctx);
-  check_logits(fn, logits);
+  check_router_logits(fn, logits, ctx.device);
   const int64_t E = logits.size(1);
-  MODMOE_CHECK(params.num_groups >= 1)
-      << fn << ": num_groups must be >= 1, got " << params.num_groups;
-  MODMOE_CHECK(E % params.num_groups == 0)
-      << fn << ": num_experts " << E << " must be divisible by num_groups " << params.num_groups;
-  MODMOE_CHECK(params.topk_groups >= 1 && params.topk_groups <= params.num_groups)
-      << fn << ": topk_groups must be in [1, num_groups=" << params.num_groups << "], got "
-      << params.topk_groups;
-  const int64_t group_size = E / params.num_groups;
-  const int64_t kept_experts = params.topk_groups * group_size;
-  MODMOE_CHECK(topk >= 1 && topk <= kept_experts)
-      << fn << ": topk must be in [1, topk_groups * E / num_groups = " << params.topk_groups
-      << " * " << group_size << " = " << kept_experts << "], got " << topk;
-  MODMOE_CHECK(params.scoring == ScoringFunc::sigmoid || params.scoring == ScoringFunc::softmax)
-      << fn << ": scoring must be sigmoid or softmax, got " << static_cast<int>(params.scoring);
-  MODMOE_CHECK(std::isfinite(params.routed_scaling_factor))
-      << fn << ": routed_scaling_factor must be finite, got " << params.routed_scaling_factor;
-  if (correction_bias.defined()) {
-    check_on_cpu(fn, "correction_bias", correction_bias);
-    MODMOE_CHECK(correction_bias.dtype() == DType::fp32 && correction_bias.ndim() == 1 &&
-                 correction_bias.size(0) == E)
-        << fn << ": correction_bias must be fp32 (E,) = (" << E << ",) or undefined, got "
-        << correction_bias.describe();
-    MODMOE_CHECK(E <= 1 || correction_bias.stride(0) == 1)
-        << fn << ": correction_bias must be contiguous, got stride " << correction_bias.stride(0);
-  }
-  check_outputs(fn, logits, topk, topk_weights, topk_ids);
-  MODMOE_CHECK(!topk_weights.overlaps(correction_bias) && !topk_ids.overlaps(correction_bias))
-      << fn << ": topk_weights and topk_ids must not overlap correction_bias in memory";
+  check_grouped_topk_groups(fn, E, topk, params);
+  check_grouped_topk_scoring(fn, params, correction_bias, E, ctx.device);
+  check_grouped_topk_outputs(fn, logits, correction_bias, topk, topk_weights, topk_ids, ctx.device);
   const int64_t num_tokens = logits.size(0);
   if (num_tokens == 0) return;
   const float* bias = correction_bias.defined() ? correction_bias.data_ptr<float>() : nullptr;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/op_checks.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_guard.h"
 #include "cuda/ops.h"
@@ -503,7 +504,7 @@ void dequantize_rows(const uint8_t* q, const void* scale, int64_t rows, int64_t 
   });
 }
 
-// ---- tensor entry points (ops.h): the checks of src/cpu/quant.cpp, on ctx.device ---------------
+// ---- tensor entry points (ops.h): the shared checks of core/op_checks.h, on ctx.device ------
 
 namespace {
 
@@ -513,67 +514,14 @@ void check_context(const char* fn, const Context& ctx) {
       << ctx.device.str();
 }
 
-void check_scheme(const char* fn, QuantScheme scheme) {
-  MODMOE_CHECK(scheme != QuantScheme::none)
-      << fn << ": scheme must be one of fp8-tensor, fp8-token, fp8-block, mxfp8, got none "
-      << "(nothing to quantize)";
-}
-
-void check_contiguous_on(const char* fn, const char* arg, const Tensor& t, Device device) {
-  MODMOE_CHECK(t.device() == device)
-      << fn << ": " << arg << " must be on " << device.str() << ", got " << t.describe();
-  MODMOE_CHECK(t.is_contiguous()) << fn << ": " << arg << " must be contiguous (row-major), got "
-                                  << t.describe() << " with strides " << shape_str(t.strides());
-}
-
-void check_float_tensor(const char* fn, const char* arg, const Tensor& t, Device device) {
-  MODMOE_CHECK(t.defined()) << fn << ": " << arg
-                            << " must be a 2-D (M, K) bf16, fp16 or fp32 tensor, got undefined";
-  MODMOE_CHECK(is_float_io(t.dtype()))
-      << fn << ": " << arg << " must be bf16, fp16 or fp32, got " << t.describe();
-  MODMOE_CHECK(t.ndim() == 2) << fn << ": " << arg << " must be 2-D (M, K), got " << t.describe();
-  check_contiguous_on(fn, arg, t, device);
-}
-
-void check_exact(const char* fn, const char* arg, const Tensor& t, DType dtype, const Shape& shape,
-                 const std::string& context, Device device) {
-  MODMOE_CHECK(t.defined() && t.dtype() == dtype && t.shape() == shape)
-      << fn << ": " << arg << " must be " << dtype_name(dtype) << " " << shape_str(shape) << " for "
-      << context << ", got " << t.describe();
-  check_contiguous_on(fn, arg, t, device);
-}
-
-void check_no_overlap(const char* fn, const char* out_name, const Tensor& out, const char* in_name,
-                      const Tensor& in) {
-  MODMOE_CHECK(!out.overlaps(in)) << fn << ": " << out_name << " must not overlap " << in_name
-                                  << " (" << out_name << " " << out.describe() << ", " << in_name
-                                  << " " << in.describe() << ")";
-}
-
-std::string act_context(QuantScheme scheme, int64_t M, int64_t K) {
-  return std::string(quant_scheme_name(scheme)) + " with (M, K) = (" + std::to_string(M) + ", " +
-         std::to_string(K) + ")";
-}
-
 }  // namespace
 
 void quantize_activations(const Context& ctx, const Tensor& x, QuantScheme scheme,
                           bool static_scale, const Tensor& q, const Tensor& scale) {
   constexpr const char* fn = "quantize_activations";
   check_context(fn, ctx);
-  check_scheme(fn, scheme);
-  MODMOE_CHECK(!static_scale || scheme == QuantScheme::fp8_tensor)
-      << fn << ": static_scale is only supported with fp8-tensor, got "
-      << quant_scheme_name(scheme);
-  check_float_tensor(fn, "x", x, ctx.device);
+  check_quantize_activations_args(fn, x, scheme, static_scale, q, scale, ctx.device);
   const int64_t M = x.size(0), K = x.size(1);
-  const std::string context = act_context(scheme, M, K);
-  check_exact(fn, "q", q, DType::fp8_e4m3, {M, K}, context, ctx.device);
-  check_exact(fn, "scale", scale, scale_dtype(scheme), act_scale_shape(scheme, M, K), context,
-              ctx.device);
-  check_no_overlap(fn, "q", q, "x", x);
-  check_no_overlap(fn, "q", q, "scale", scale);
-  if (!static_scale) check_no_overlap(fn, "scale", scale, "x", x);
   // A static scale stays on the device: unlike the CPU, it is not checked for being finite
   // and > 0 here (that would be a host synchronization).
 
@@ -586,15 +534,8 @@ void dequantize_activations(const Context& ctx, const Tensor& q, const Tensor& s
                             QuantScheme scheme, const Tensor& out) {
   constexpr const char* fn = "dequantize_activations";
   check_context(fn, ctx);
-  check_scheme(fn, scheme);
-  check_float_tensor(fn, "out", out, ctx.device);
+  check_dequantize_activations_args(fn, q, scale, scheme, out, ctx.device);
   const int64_t M = out.size(0), K = out.size(1);
-  const std::string context = act_context(scheme, M, K);
-  check_exact(fn, "q", q, DType::fp8_e4m3, {M, K}, context, ctx.device);
-  check_exact(fn, "scale", scale, scale_dtype(scheme), act_scale_shape(scheme, M, K), context,
-              ctx.device);
-  check_no_overlap(fn, "out", out, "q", q);
-  check_no_overlap(fn, "out", out, "scale", scale);
 
   DeviceGuard guard(ctx.device.index);
   dequantize_rows(q.data_ptr<const uint8_t>(), scale.data(), M, K, scheme, out.data(), out.dtype(),
