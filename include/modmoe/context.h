@@ -15,7 +15,9 @@ struct Context {
   void* stream = nullptr;          // cudaStream_t on CUDA; unused on the CPU
   Allocator* allocator = nullptr;  // nullptr: the backend's default for `device`
   int sm_count = 0;                // filled by the CUDA backend; 0 on the CPU
-  bool deterministic = true;       // no floating-point atomics anywhere in the forward
+  // No floating-point atomics anywhere in the forward. Every part today is deterministic
+  // whatever this says (none uses float atomics); a faster non-deterministic part must honour it.
+  bool deterministic = true;
   // ModularKernel::forward processes at most this many tokens per Experts::apply call, so
   // workspaces stay bounded for large M (vLLM: VLLM_FUSED_MOE_CHUNK_SIZE). <= 0: no limit.
   int64_t chunk_size = 32768;
