@@ -24,6 +24,7 @@
 #include "core/op_checks.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_guard.h"
+#include "cuda/float_io.cuh"
 #include "cuda/ops.h"
 #include "cuda/quantize.h"
 #include "modmoe/error.h"
@@ -96,15 +97,13 @@ __device__ __forceinline__ uint16_t bf16_bits(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-
-__device__ __forceinline__ void from_float(float v, float* out) { *out = v; }
-__device__ __forceinline__ void from_float(float v, __nv_bfloat16* out) {
+// Stores that round exactly as the CPU (numeric.h) does, NaN payloads included — hence not
+// float_io.cuh's from_float (the device intrinsics canonicalize NaN).
+__device__ __forceinline__ void store_as_cpu(float v, float* out) { *out = v; }
+__device__ __forceinline__ void store_as_cpu(float v, __nv_bfloat16* out) {
   *reinterpret_cast<uint16_t*>(out) = bf16_bits(v);
 }
-__device__ __forceinline__ void from_float(float v, __half* out) { *out = __float2half_rn(v); }
+__device__ __forceinline__ void store_as_cpu(float v, __half* out) { *out = __float2half_rn(v); }
 
 // ---- chunks of 8 elements ---------------------------------------------------------------------
 
@@ -337,7 +336,7 @@ __global__ void __launch_bounds__(kMaxThreads) dequantize_rows_kernel(Dequantize
       for (int j = 0; j < kChunk; ++j) {
         const uint32_t word = j < 4 ? packed.x : packed.y;
         const auto code = static_cast<uint8_t>(word >> (8 * (j % 4)));
-        from_float(__fmul_rn(e4m3_value(code), scale), &values[j]);
+        store_as_cpu(__fmul_rn(e4m3_value(code), scale), &values[j]);
       }
       if (p.vectorized) {
         constexpr int kVectors = kChunk * sizeof(T) / 16;
@@ -356,31 +355,6 @@ __global__ void __launch_bounds__(kMaxThreads) dequantize_rows_kernel(Dequantize
 }
 
 // ---- host helpers -------------------------------------------------------------------------------
-
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
-// Calls f(TypeTag<T>{}) with the CUDA type of a bf16 / fp16 / fp32 dtype.
-template <typename F>
-void with_float_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::bf16:
-      f(TypeTag<__nv_bfloat16>{});
-      return;
-    case DType::fp16:
-      f(TypeTag<__half>{});
-      return;
-    case DType::fp32:
-      f(TypeTag<float>{});
-      return;
-    default:
-      MODMOE_FAIL() << "cuda quantize: dtype must be bf16, fp16 or fp32, got " << dtype_name(dtype);
-  }
-}
-
-bool is_float_io(DType d) { return d == DType::bf16 || d == DType::fp16 || d == DType::fp32; }
 
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
@@ -408,7 +382,7 @@ int current_sm_count() {
 
 // Enough blocks to fill the device; more rows than that are walked by a grid-stride loop (a
 // num_rows bound may leave most of a large capacity empty: no need to launch it all).
-int blocks_for(int64_t rows, int threads) {
+int resident_row_blocks(int64_t rows, int threads) {
   const int64_t resident = static_cast<int64_t>(current_sm_count()) * (2048 / threads);
   return static_cast<int>(std::max<int64_t>(1, std::min(rows, resident)));
 }
@@ -426,7 +400,7 @@ void quantize_rows(const void* x, DType x_dtype, int64_t ldx, int64_t rows, cons
   MODMOE_CHECK(!static_scale || scheme == QuantScheme::fp8_tensor)
       << fn << ": static_scale is only supported with fp8-tensor, got "
       << quant_scheme_name(scheme);
-  MODMOE_CHECK(is_float_io(x_dtype))
+  MODMOE_CHECK(is_float_io_dtype(x_dtype))
       << fn << ": x must be bf16, fp16 or fp32, got " << dtype_name(x_dtype);
   MODMOE_CHECK(rows >= 0 && K >= 0)
       << fn << ": rows and K must be >= 0, got rows = " << rows << ", K = " << K;
@@ -453,8 +427,8 @@ void quantize_rows(const void* x, DType x_dtype, int64_t ldx, int64_t rows, cons
   p.vectorized = K % kChunk == 0 && (ldx * x_size) % 16 == 0 && aligned(x, 16) && aligned(q, 8);
 
   const int threads = threads_for(K);
-  const int blocks = blocks_for(rows, threads);
-  with_float_type(x_dtype, [&](auto tag) {
+  const int blocks = resident_row_blocks(rows, threads);
+  dispatch_float_io(x_dtype, "cuda quantize", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (scheme == QuantScheme::fp8_tensor && !static_scale) {
       // amax into scale[0] (as bits), then the scale in place, then the rows read it. An empty
@@ -479,7 +453,7 @@ void dequantize_rows(const uint8_t* q, const void* scale, int64_t rows, int64_t 
   constexpr const char* fn = "cuda::dequantize_rows";
   MODMOE_CHECK(scheme != QuantScheme::none)
       << fn << ": scheme must be one of fp8-tensor, fp8-token, fp8-block, mxfp8, got none";
-  MODMOE_CHECK(is_float_io(out_dtype))
+  MODMOE_CHECK(is_float_io_dtype(out_dtype))
       << fn << ": out must be bf16, fp16 or fp32, got " << dtype_name(out_dtype);
   MODMOE_CHECK(rows >= 0 && K >= 0)
       << fn << ": rows and K must be >= 0, got rows = " << rows << ", K = " << K;
@@ -496,8 +470,8 @@ void dequantize_rows(const uint8_t* q, const void* scale, int64_t rows, int64_t 
   p.out = out;
   p.vectorized = K % kChunk == 0 && aligned(q, 8) && aligned(out, 16);
   const int threads = threads_for(K);
-  const int blocks = blocks_for(rows, threads);
-  with_float_type(out_dtype, [&](auto tag) {
+  const int blocks = resident_row_blocks(rows, threads);
+  dispatch_float_io(out_dtype, "cuda quantize", [&](auto tag) {
     using T = typename decltype(tag)::type;
     dequantize_rows_kernel<T><<<blocks, threads, 0, stream>>>(p);
     MODMOE_CUDA_CHECK_LAUNCH();
