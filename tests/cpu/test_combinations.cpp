@@ -13,14 +13,7 @@ TEST_P(Combinations, MatchesOracleOrIsRefused) {
              [](const ModularKernel& kernel, testing::Problem& p, int64_t chunk_size) {
                Context ctx = Context::cpu();
                ctx.chunk_size = chunk_size;
-               ForwardArgs args;
-               args.hidden_states = p.hidden_states;
-               args.topk_weights = p.topk_weights;
-               args.topk_ids = p.topk_ids;
-               args.output = p.output;
-               args.weights = p.weights();
-               args.expert_map = p.expert_map;
-               kernel.forward(ctx, args);
+               kernel.forward(ctx, p.forward_args());
              });
 }
 

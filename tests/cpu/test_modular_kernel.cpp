@@ -22,31 +22,10 @@ namespace {
 
 testing::ProblemSpec spec_for(int64_t M, int64_t topk, int64_t E, int64_t K, int64_t N,
                               DType dtype = DType::fp32, QuantScheme scheme = QuantScheme::none) {
-  testing::ProblemSpec s;
-  s.config.num_experts = E;
-  s.config.num_local_experts = E;
-  s.config.hidden_size = K;
-  s.config.intermediate_size = N;
-  s.config.topk = topk;
-  s.config.in_dtype = dtype;
-  s.config.quant.scheme = scheme;
-  s.config.max_num_tokens = M;
-  s.M = M;
-  s.seed = 7;
-  return s;
+  return testing::simple_spec(M, topk, E, K, N, dtype, scheme);
 }
 
-ForwardArgs args_for(const testing::Problem& p) {
-  ForwardArgs a;
-  a.hidden_states = p.hidden_states;
-  a.topk_weights = p.topk_weights;
-  a.topk_ids = p.topk_ids;
-  a.output = p.output;
-  a.weights = p.weights();
-  a.expert_map = p.expert_map;
-  a.apply_router_weight_on_input = p.spec.apply_router_weight_on_input;
-  return a;
-}
+ForwardArgs args_for(const testing::Problem& p) { return p.forward_args(); }
 
 oracle::ErrorReport check_against_oracle(const testing::Problem& p, const Tensor& out,
                                          int64_t chunk_size = 0) {

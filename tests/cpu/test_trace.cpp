@@ -73,30 +73,10 @@ class RecordingTracer : public Tracer {
 };
 
 testing::ProblemSpec spec_for(int64_t M, DType dtype, QuantScheme scheme) {
-  testing::ProblemSpec s;
-  s.config.num_experts = 8;
-  s.config.num_local_experts = 8;
-  s.config.hidden_size = 128;
-  s.config.intermediate_size = 64;
-  s.config.topk = 2;
-  s.config.in_dtype = dtype;
-  s.config.quant.scheme = scheme;
-  s.config.max_num_tokens = M;
-  s.M = M;
-  s.seed = 11;
-  return s;
+  return testing::simple_spec(M, 2, 8, 128, 64, dtype, scheme, /*seed=*/11);
 }
 
-ForwardArgs args_for(const testing::Problem& p) {
-  ForwardArgs a;
-  a.hidden_states = p.hidden_states;
-  a.topk_weights = p.topk_weights;
-  a.topk_ids = p.topk_ids;
-  a.output = p.output;
-  a.weights = p.weights();
-  a.expert_map = p.expert_map;
-  return a;
-}
+ForwardArgs args_for(const testing::Problem& p) { return p.forward_args(); }
 
 std::vector<uint8_t> bytes_of(const Tensor& t) {
   const auto* b = static_cast<const uint8_t*>(t.data());

@@ -168,6 +168,34 @@ ExpertWeights Problem::weights() const {
   return w;
 }
 
+ForwardArgs Problem::forward_args() const {
+  ForwardArgs a;
+  a.hidden_states = hidden_states;
+  a.topk_weights = topk_weights;
+  a.topk_ids = topk_ids;
+  a.output = output;
+  a.weights = weights();
+  a.expert_map = expert_map;
+  a.apply_router_weight_on_input = spec.apply_router_weight_on_input;
+  return a;
+}
+
+ProblemSpec simple_spec(int64_t M, int64_t topk, int64_t E, int64_t K, int64_t N, DType dtype,
+                        QuantScheme scheme, uint64_t seed) {
+  ProblemSpec s;
+  s.config.num_experts = E;
+  s.config.num_local_experts = E;
+  s.config.hidden_size = K;
+  s.config.intermediate_size = N;
+  s.config.topk = topk;
+  s.config.in_dtype = dtype;
+  s.config.quant.scheme = scheme;
+  s.config.max_num_tokens = M;
+  s.M = M;
+  s.seed = seed;
+  return s;
+}
+
 oracle::OracleInputs Problem::oracle_inputs() const {
   oracle::OracleInputs in;
   in.hidden_states = hidden_states;

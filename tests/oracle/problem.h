@@ -6,6 +6,7 @@
 #include <string>
 
 #include "modmoe/allocator.h"
+#include "modmoe/modular_kernel.h"
 #include "modmoe/moe_types.h"
 #include "oracle/oracle.h"
 
@@ -35,6 +36,8 @@ struct Problem {
   OwnedTensor w13, w2, w13_scale, w2_scale, a13_scale, a2_scale;
 
   ExpertWeights weights() const;  // views
+  // ModularKernel::forward arguments over these (host) tensors, writing into `output`.
+  ForwardArgs forward_args() const;
   oracle::OracleInputs oracle_inputs() const;
 };
 
@@ -48,6 +51,12 @@ struct Problem {
 // the experts' own input quantization is (nearly) exact. Static schemes get
 // a13_scale = amax(x)/448 and a2_scale = oracle::intermediate_amax(...)/448.
 Problem make_problem(const ProblemSpec& spec);
+
+// A spec for an unquantized-or-`scheme` layer with every expert local and
+// max_num_tokens = M (so batched P/Fs take the whole batch).
+ProblemSpec simple_spec(int64_t M, int64_t topk, int64_t E, int64_t K, int64_t N,
+                        DType dtype = DType::fp32, QuantScheme scheme = QuantScheme::none,
+                        uint64_t seed = 7);
 
 // Fills a host tensor of a float, fp8 or e8m0 dtype with NaN (fp8: 0x7f, e8m0: 0xff).
 void poison(const Tensor& t);
