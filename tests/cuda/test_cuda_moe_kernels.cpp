@@ -318,6 +318,23 @@ std::string reduce_case_str(const ReduceCase& c) {
          dtype_name(c.out_dtype) + (c.router_weight_on_input ? " router_weight_on_input" : "");
 }
 
+// Runs one reduce on the CPU (the expectation) and on the device over the same inputs, with a
+// poisoned device output, and compares them.
+void expect_reduce_matches_cpu(const CudaSession& s, const TopKWeightAndReduce& on_cpu,
+                               const TopKWeightAndReduce& on_gpu, const ReduceCase& c,
+                               const HostRouting& r, const OwnedTensor& fused) {
+  OwnedTensor want = host_tensor(c.out_dtype, {c.M, c.K});
+  on_cpu.apply(Context::cpu(),
+               ReduceArgs{want, fused, r.weights, r.ids, r.map.tensor(), c.router_weight_on_input});
+  const OwnedTensor d_fused = s.to_device(fused), d_ids = s.to_device(r.ids),
+                    d_w = s.to_device(r.weights), d_map = device_or_empty(s, r.map);
+  const OwnedTensor d_out = s.empty(c.out_dtype, {c.M, c.K});
+  poison_device(s, d_out);
+  on_gpu.apply(s.ctx(),
+               ReduceArgs{d_out, d_fused, d_w, d_ids, d_map.tensor(), c.router_weight_on_input});
+  expect_close(s.to_host(d_out), want, 2 * ulp(c.out_dtype), reduce_case_str(c));
+}
+
 TEST(CudaReduce, ContiguousMatchesCpu) {
   MODMOE_REQUIRE_GPU();
   CudaSession s;
@@ -329,18 +346,8 @@ TEST(CudaReduce, ContiguousMatchesCpu) {
     // Rows of non-local pairs are NaN: a reduce that reads one produces NaN.
     for (int64_t p = 0; p < c.M * c.topk; ++p)
       if (r.local(p) < 0) fill_nan(fused.tensor().reshape({c.M * c.topk, c.K}).slice(p, p + 1));
-    OwnedTensor want = host_tensor(c.out_dtype, {c.M, c.K});
-    cpu::TopKWeightAndReduceContiguous().apply(
-        Context::cpu(),
-        ReduceArgs{want, fused, r.weights, r.ids, r.map.tensor(), c.router_weight_on_input});
-
-    const OwnedTensor d_fused = s.to_device(fused), d_ids = s.to_device(r.ids),
-                      d_w = s.to_device(r.weights), d_map = device_or_empty(s, r.map);
-    const OwnedTensor d_out = s.empty(c.out_dtype, {c.M, c.K});
-    poison_device(s, d_out);
-    cuda::TopKWeightAndReduceContiguous().apply(
-        s.ctx(), ReduceArgs{d_out, d_fused, d_w, d_ids, d_map.tensor(), c.router_weight_on_input});
-    expect_close(s.to_host(d_out), want, 2 * ulp(c.out_dtype), reduce_case_str(c));
+    expect_reduce_matches_cpu(s, cpu::TopKWeightAndReduceContiguous(), cuda::TopKWeightAndReduceContiguous(), c, r,
+                              fused);
   }
 }
 
@@ -360,18 +367,8 @@ TEST(CudaReduce, NaiveBatchedMatchesCpuAndSkipsRowsPastCounts) {
       fill_normal(fused.tensor().select(e).slice(count[e], count[e] + 1), rng);
       ++count[e];
     }
-    OwnedTensor want = host_tensor(c.out_dtype, {c.M, c.K});
-    cpu::TopKWeightAndReduceNaiveBatched().apply(
-        Context::cpu(),
-        ReduceArgs{want, fused, r.weights, r.ids, r.map.tensor(), c.router_weight_on_input});
-
-    const OwnedTensor d_fused = s.to_device(fused), d_ids = s.to_device(r.ids),
-                      d_w = s.to_device(r.weights), d_map = device_or_empty(s, r.map);
-    const OwnedTensor d_out = s.empty(c.out_dtype, {c.M, c.K});
-    poison_device(s, d_out);
-    cuda::TopKWeightAndReduceNaiveBatched().apply(
-        s.ctx(), ReduceArgs{d_out, d_fused, d_w, d_ids, d_map.tensor(), c.router_weight_on_input});
-    expect_close(s.to_host(d_out), want, 2 * ulp(c.out_dtype), reduce_case_str(c));
+    expect_reduce_matches_cpu(s, cpu::TopKWeightAndReduceNaiveBatched(), cuda::TopKWeightAndReduceNaiveBatched(), c, r,
+                              fused);
   }
 }
 
