@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Charts of a modmoe-bench results JSON (docs/gpu.md, "JSON (--json FILE)") as PNG files.
+"""Charts of a modmoe-bench results JSON (docs/gpu.md, "JSON (--json FILE)") or of a
+bench/compare.py results JSON (docs/gpu.md, "Python comparison") as PNG files.
 
     python3 bench/plot.py bench/results/2026-11-29-h200-portable.json --out docs/img/
+    python3 bench/plot.py bench/results/2026-11-29-h200-compare.json --out docs/img/
 
-Writes three charts into --out (names take --prefix in front):
+The JSON's "tool" field picks the charts. For modmoe-bench (tool "modmoe-bench") it writes three
+charts into --out (names take --prefix in front):
 
   time-vs-m.png  one panel per model: median forward time against M (log-log), a solid line per
                  quant, that quant's floor (max(bytes / read-BW, flops / peak)) dashed and the
@@ -12,6 +15,13 @@ Writes three charts into --out (names take --prefix in front):
                  (above 1: modmoe is faster);
   roofline.png   achieved TFLOP/s against arithmetic intensity (flops / bytes of the case), with
                  the read bandwidth and the bf16 and fp8 GEMM peaks measured in the same run.
+
+For bench/compare.py (tool "modmoe-compare") it writes one:
+
+  compare-speedup.png  one panel per model: speedup = baseline time / modmoe time against M, a
+                 bar per (quant, torch baseline) that ran, growing up from 1.0 when modmoe is
+                 faster and down when it is slower; a baseline skipped in every case of the
+                 run is named under the chart with its reason.
 
 Needs: Python 3.8+ and matplotlib (pip install matplotlib); nothing else (no torch, no modmoe).
 Cases that carry "error" (no timings) are left out, and said so.
@@ -60,12 +70,16 @@ def plain_number(value: float, _pos=None) -> str:
     return f"{value:.2g}"
 
 
+TOOLS = ("modmoe-bench", "modmoe-compare")
+
+
 def load(path: str) -> dict:
     with open(path) as f:
         results = json.load(f)
-    if results.get("tool") != "modmoe-bench" or "cases" not in results:
-        sys.exit(f"{path}: not a modmoe-bench results JSON (expected tool 'modmoe-bench' and "
-                 f"'cases'; got tool {results.get('tool')!r})")  # fmt: skip
+    if results.get("tool") not in TOOLS or "cases" not in results:
+        sys.exit(f"{path}: not a modmoe-bench or bench/compare.py results JSON (expected tool "
+                 f"{' or '.join(repr(t) for t in TOOLS)} and 'cases'; got tool "
+                 f"{results.get('tool')!r})")  # fmt: skip
     return results
 
 
@@ -274,20 +288,143 @@ def plot_roofline(results: dict, cases: list, path: str) -> None:
     plt.close(fig)
 
 
+# ---- bench/compare.py results (tool "modmoe-compare") ---------------------------------------------
+
+# (quant, baseline) -> (legend label, color). Unknown pairs fall back to FALLBACK_COLORS.
+COMPARE_SERIES = {
+    ("bf16", "grouped_mm"): ("bf16: torch._grouped_mm pipeline", "tab:blue"),
+    ("bf16", "torch_loop"): ("bf16: per-expert torch.mm loop", "lightskyblue"),
+    ("fp8-token", "scaled_grouped_mm"): ("fp8 rowwise: torch._scaled_grouped_mm pipeline",
+                                         "tab:red"),
+    ("fp8-token", "torch_loop"): ("fp8 rowwise: per-expert torch._scaled_mm loop", "lightsalmon"),
+}
+
+
+def compare_series_style(quant: str, baseline: str, index: int):
+    if (quant, baseline) in COMPARE_SERIES:
+        return COMPARE_SERIES[(quant, baseline)]
+    return (f"{quant}: {baseline}", FALLBACK_COLORS[index % len(FALLBACK_COLORS)])
+
+
+def compare_cases(results: dict) -> list:
+    """Cases where modmoe itself was timed (compare.py records a failed case with "error")."""
+    cases = [c for c in results["cases"] if "error" not in c and "time_us" in c.get("modmoe", {})]
+    failed = len(results["cases"]) - len(cases)
+    if failed:
+        print(f"plot.py: {failed} case(s) carry an error and no modmoe timing; left out",
+              file=sys.stderr)  # fmt: skip
+    if not cases:
+        sys.exit("plot.py: no case with a modmoe timing in the results")
+    return cases
+
+
+def compare_speedup(case: dict, baseline: str):
+    """baseline time / modmoe time, or None when that baseline did not run in this case."""
+    entry = case.get("baselines", {}).get(baseline, {})
+    if "time_us" not in entry:
+        return None
+    return entry.get("speedup") or entry["time_us"] / case["modmoe"]["time_us"]
+
+
+def plot_compare_speedup(results: dict, cases: list, path: str) -> None:
+    models = ordered(c["model"] for c in cases)
+    ms = sorted(set(c["M"] for c in cases))
+    # Every (quant, baseline) pair in the run's order; the ones that never ran anywhere get no
+    # bar (an empty slot would read as "speedup 1") and are named under the chart instead.
+    pairs = ordered((c["quant"], b) for c in cases for b in c.get("baselines", {}))
+    timed = [p for p in pairs if any(compare_speedup(c, p[1]) is not None
+                                     for c in cases if c["quant"] == p[0])]  # fmt: skip
+    never = [p for p in pairs if p not in timed]
+    if not timed:
+        sys.exit("plot.py: no baseline was timed in any case: nothing to chart")
+
+    speedups = [compare_speedup(c, b) for c in cases for q, b in timed if c["quant"] == q]
+    speedups = [s for s in speedups if s is not None]
+    low, high = min(min(speedups), 0.9), max(max(speedups), 1.1)
+    fig, axes = panel_grid(len(models))
+    width = 0.8 / len(timed)
+    for ax, model in zip(axes, models):
+        for si, (quant, baseline) in enumerate(timed):
+            label, color = compare_series_style(quant, baseline, si)
+            xs, ys = [], []
+            for xi, m in enumerate(ms):
+                case = next((c for c in cases
+                             if c["model"] == model and c["quant"] == quant and c["M"] == m), None)
+                value = compare_speedup(case, baseline) if case is not None else None
+                if value is not None:
+                    xs.append(xi - 0.4 + width * (si + 0.5))
+                    ys.append(value)
+            # Bars grow from 1 (as fast as modmoe) up or down, so cases modmoe loses point down.
+            ax.bar(xs, [y - 1 for y in ys], bottom=1, width=width * 0.92, color=color,
+                   label=label)  # fmt: skip
+            for x, y in zip(xs, ys):
+                ax.annotate(f"{y:.2g}", (x, y), ha="center", fontsize=6.5,
+                            va="bottom" if y >= 1 else "top",
+                            xytext=(0, 1.5 if y >= 1 else -1.5), textcoords="offset points")
+        first = next(c for c in cases if c["model"] == model)
+        ax.set_title(f"{model}  (E={first['E']}, topk={first['topk']}, "
+                     f"K={first['K']}, N={first['N']})", fontsize=10)  # fmt: skip
+        ax.axhline(1.0, color="black", lw=1)
+        ax.set_yscale("log")
+        ax.set_ylim(low / 1.4, high * 1.4)
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(range(len(ms)))
+        ax.set_xticklabels([str(m) for m in ms])
+        ax.set_xlabel("M (tokens)")
+        ax.grid(True, axis="y", which="major", alpha=0.35)
+    axes[0].set_ylabel("speedup = torch time / modmoe time")
+    axes[0].legend(fontsize=7.5, loc="upper right")
+    settings = results.get("settings", {})
+    device = results.get("device", {})
+    torch_version = device.get("torch")
+    fig.suptitle(run_title(results, "Speedup of modmoe.fused_moe over PyTorch MoE pipelines "
+                           f"(above 1: modmoe faster; median of {settings.get('replays', '?')} "
+                           f"CUDA-graph replays, L2 {'flushed' if settings.get('flush_l2') else 'warm'}"
+                           + (f", torch {torch_version}" if torch_version else "") + ")"))
+    notes = []
+    for quant, baseline in never:
+        # Reasons differ by the failing call's shapes; the part before them is the reason.
+        reasons = ordered(str(c["baselines"][baseline].get("skipped", "no timing"))
+                          .split(" when calling")[0][:110]
+                          for c in cases
+                          if c["quant"] == quant and baseline in c.get("baselines", {}))
+        reason = reasons[0] if reasons else "no timing"
+        more = f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""
+        notes.append(f"not shown: {compare_series_style(quant, baseline, 0)[0]} skipped in every "
+                     f"case: {reason}{more}")  # fmt: skip
+    if notes:
+        fig.text(0.5, 0.01, "\n".join(notes), ha="center", va="bottom", fontsize=8,
+                 color="dimgray")  # fmt: skip
+        fig.tight_layout(rect=(0, 0.03 * len(notes) + 0.01, 1, 1))
+    else:
+        fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description="Turn a modmoe-bench results JSON into PNG charts (time vs M with the "
-        "floor, speedup over the cuBLAS baseline, roofline). Needs matplotlib.")
-    parser.add_argument("results", help="modmoe-bench --json output, e.g. "
-                        "bench/results/2026-11-29-h200-portable.json")  # fmt: skip
+        "floor, speedup over the cuBLAS baseline, roofline), or a bench/compare.py results JSON "
+        "into a chart of modmoe's speedup over the PyTorch baselines. Needs matplotlib.")
+    parser.add_argument("results", help="modmoe-bench --json or bench/compare.py output, e.g. "
+                        "bench/results/2026-11-29-h200-portable.json or "
+                        "bench/results/2026-11-29-h200-compare.json")  # fmt: skip
     parser.add_argument("--out", default="docs/img", help="folder for the PNGs (default "
                         "docs/img; created when missing)")  # fmt: skip
     parser.add_argument("--prefix", default="", help="put this in front of each file name")
     args = parser.parse_args(argv)
 
     results = load(args.results)
-    cases = good_cases(results)
     os.makedirs(args.out, exist_ok=True)
+    if results["tool"] == "modmoe-compare":
+        path = os.path.join(args.out, f"{args.prefix}compare-speedup.png")
+        plot_compare_speedup(results, compare_cases(results), path)
+        print(path)
+        return 0
+    cases = good_cases(results)
     written = []
     path = os.path.join(args.out, f"{args.prefix}time-vs-m.png")
     plot_time_vs_m(results, cases, path)
