@@ -285,13 +285,19 @@ class Comparison:
             xq, x_scale = self.quantize_act(xs)
         for e, s, c in p["segments"]:
             if fp8:
-                h = torch._scaled_mm(xq[s:s + c], p["w13_q"][e].t(),
-                                     scale_a=x_scale[s:s + c].unsqueeze(1),
+                # cuBLAS's rowwise-scaled fp8 GEMM wants a multiple of 16 rows: pad the slice
+                # with zero rows (scale 1) and drop them from the result.
+                cp = -(-c // 16) * 16
+                xe = torch.zeros((cp, p["K"]), dtype=xq.dtype, device=self.device)
+                xe[:c] = xq[s:s + c]
+                se = torch.ones((cp,), dtype=torch.float32, device=self.device)
+                se[:c] = x_scale[s:s + c]
+                h = torch._scaled_mm(xe, p["w13_q"][e].t(), scale_a=se.unsqueeze(1),
                                      scale_b=p["w13_s"][e].unsqueeze(0), out_dtype=torch.bfloat16)
                 aq, a_scale = self.quantize_act(self.activation(h, p["N"], p["act"]))
                 y[s:s + c] = torch._scaled_mm(aq, p["w2_q"][e].t(), scale_a=a_scale.unsqueeze(1),
                                               scale_b=p["w2_s"][e].unsqueeze(0),
-                                              out_dtype=torch.bfloat16)  # fmt: skip
+                                              out_dtype=torch.bfloat16)[:c]  # fmt: skip
             else:
                 h = torch.mm(xs[s:s + c], p["w13"][e].t())
                 a = self.activation(h, p["N"], p["act"]).to(torch.bfloat16)

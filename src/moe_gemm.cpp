@@ -29,9 +29,9 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
       << kFn << ": a must be bf16 or fp8_e4m3, got " << a.describe();
   check_tensor(kFn, "a", a, {dtype}, {rows, K}, "(total_rows, K)", ctx.device);
   check_tensor(kFn, "b", b, {dtype}, {E, N_b, K}, "(E, N_b, K)", ctx.device);
-  MODMOE_CHECK(o.scale_major_mode == "K")
-      << kFn << ": scale_major_mode must be \"K\" (the MN-major layout is not supported yet), got \""
-      << o.scale_major_mode << "\"";
+  MODMOE_CHECK(o.scale_major_mode == "K" || o.scale_major_mode == "MN")
+      << kFn << ": scale_major_mode must be \"K\" or \"MN\", got \"" << o.scale_major_mode << "\"";
+  const bool mn_major = o.scale_major_mode == "MN";
   int64_t N_out = N_b;
   if (o.gated) {
     MODMOE_CHECK(N_b % 2 == 0) << kFn << ": b.size(1) must be even for gated, got " << N_b;
@@ -43,9 +43,23 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
   MODMOE_CHECK(out.defined() && out.ndim() == 2 && out.size(1) == N_out)
       << kFn << ": out.size(1) must be " << (o.gated ? "b.size(1)/2 = " : "b.size(1) = ") << N_out
       << (o.gated ? " for gated" : "") << ", got " << (out.defined() && out.ndim() == 2 ? std::to_string(out.size(1)) : out.describe());
-  check_tensor(kFn, "out", out, {DType::bf16, DType::fp16, DType::fp32}, {rows, N_out},
-               "(total_rows, N_out)", ctx.device);
+  check_tensor(kFn, "out", out, {DType::bf16, DType::fp16, DType::fp32, DType::fp8_e4m3},
+               {rows, N_out}, "(total_rows, N_out)", ctx.device);
   MODMOE_CHECK(N_out % 16 == 0) << kFn << ": N_out must be a multiple of 16, got " << N_out;
+  const bool fp8_out = out.dtype() == DType::fp8_e4m3;
+  if (fp8_out) {
+    MODMOE_CHECK(o.gated) << kFn << ": an fp8_e4m3 out (quantized gated output) needs gated = true";
+    MODMOE_CHECK(N_out % kBlockSize == 0)
+        << kFn << ": an fp8_e4m3 out needs N_out to be a multiple of 128 (one scale per row and "
+        << "128 columns), got " << N_out;
+    check_tensor(kFn, "out_scale", o.out_scale, {DType::fp32}, {rows, N_out / kBlockSize},
+                 "(total_rows, N_out/128)", ctx.device);
+    MODMOE_CHECK(!o.out_scale.overlaps(out)) << kFn << ": out_scale must not overlap out";
+  } else {
+    MODMOE_CHECK(!o.out_scale.defined())
+        << kFn << ": out_scale is only for an fp8_e4m3 out, got " << o.out_scale.describe()
+        << " with out " << out.describe();
+  }
   MODMOE_CHECK(m_indptr.defined() && m_indptr.ndim() == 1 && m_indptr.numel() == E + 1)
       << kFn << ": m_indptr must have E+1 = " << E + 1 << " elements, got " << m_indptr.describe();
   check_tensor(kFn, "m_indptr", m_indptr, {DType::int32}, {E + 1}, "(E+1)", ctx.device);
@@ -53,10 +67,18 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
   if (scheme == QuantScheme::fp8_block) {
     MODMOE_CHECK(K % kBlockSize == 0)
         << kFn << ": K must be a multiple of 128 for fp8 block scales, got " << K;
-    check_tensor(kFn, "a_scale", a_scale, {DType::fp32}, act_scale_shape(scheme, rows, K),
-                 "(total_rows, K/128)", ctx.device);
-    check_tensor(kFn, "b_scale", b_scale, {DType::fp32}, weight_scale_shape(scheme, E, N_b, K),
-                 "(E, ceil(N_b/128), K/128)", ctx.device);
+    const int64_t kb = K / kBlockSize, nb = (N_b + kBlockSize - 1) / kBlockSize;
+    if (mn_major) {
+      check_tensor(kFn, "a_scale", a_scale, {DType::fp32}, {kb, rows}, "(K/128, total_rows) for MN",
+                   ctx.device);
+      check_tensor(kFn, "b_scale", b_scale, {DType::fp32}, {E, kb, nb},
+                   "(E, K/128, ceil(N_b/128)) for MN", ctx.device);
+    } else {
+      check_tensor(kFn, "a_scale", a_scale, {DType::fp32}, {rows, kb}, "(total_rows, K/128)",
+                   ctx.device);
+      check_tensor(kFn, "b_scale", b_scale, {DType::fp32}, {E, nb, kb}, "(E, ceil(N_b/128), K/128)",
+                   ctx.device);
+    }
   } else {
     MODMOE_CHECK(!a_scale.defined() && !b_scale.defined())
         << kFn << ": bf16 inputs take no scales, got a_scale " << a_scale.describe()
@@ -64,6 +86,11 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
   }
   MODMOE_CHECK(!out.overlaps(a) && !out.overlaps(b))
       << kFn << ": out must not overlap a or b";
+  MODMOE_CHECK(ctx.device.is_cuda() || o.kernel == MoeGemmKernel::automatic)
+      << kFn << ": kernel " << (o.kernel == MoeGemmKernel::sm90 ? "sm90" : "portable")
+      << " needs a CUDA context, got " << ctx.device.str();
+  MODMOE_CHECK(o.tile.empty() || o.kernel != MoeGemmKernel::portable)
+      << kFn << ": tile \"" << o.tile << "\" is a Hopper-kernel option; kernel is portable";
 
   if (ctx.device.is_cuda()) {
 #ifdef MODMOE_WITH_CUDA
@@ -74,6 +101,33 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
 #endif
   }
   cpu::moe_gemm_groupwise(ctx, a, b, a_scale, b_scale, m_indptr, out, scheme, o);
+}
+
+std::vector<std::string> moe_gemm_sm90_tiles() {
+#ifdef MODMOE_WITH_CUDA
+  return cuda::moe_gemm_sm90_tiles();
+#else
+  return {};
+#endif
+}
+
+bool moe_gemm_sm90_available(const Context& ctx) {
+#ifdef MODMOE_WITH_CUDA
+  return ctx.device.is_cuda() && cuda::moe_gemm_sm90_available(ctx.device.index);
+#else
+  (void)ctx;
+  return false;
+#endif
+}
+
+std::string moe_gemm_sm90_tile_for(int64_t total_rows, int64_t N_out, int64_t K, int64_t E,
+                                   bool gated, DType dtype, int sm_count) {
+#ifdef MODMOE_WITH_CUDA
+  return cuda::moe_gemm_sm90_tile_for(total_rows, N_out, K, E, gated, dtype, sm_count);
+#else
+  (void)total_rows, (void)N_out, (void)K, (void)E, (void)gated, (void)dtype, (void)sm_count;
+  return "";
+#endif
 }
 
 }  // namespace modmoe

@@ -9,10 +9,12 @@
 #include "cpu/reference_experts.h"
 #include "modmoe/cuda.h"
 #include "modmoe/error.h"
+#include "modmoe/moe_gemm.h"
 
 #ifdef MODMOE_WITH_CUDA
 #include "cuda/cuda_experts.h"
 #include "cuda/cuda_prepare_finalize.h"
+#include "cuda/sm90/sm90_experts.h"
 #endif
 
 namespace modmoe {
@@ -85,6 +87,32 @@ std::shared_ptr<Experts> make_cuda_experts(const MoEConfig& cfg, Backend) {
 #endif
 }
 
+std::shared_ptr<Experts> make_sm90_experts(const MoEConfig& cfg, Backend) {
+#ifdef MODMOE_WITH_CUDA
+  return std::make_shared<cuda::Sm90Experts>(cfg);
+#else
+  MODMOE_FAIL() << "Sm90Experts: this build has no CUDA backend";
+  return nullptr;
+#endif
+}
+
+std::shared_ptr<Experts> make_batched_sm90_experts(const MoEConfig& cfg, Backend) {
+#ifdef MODMOE_WITH_CUDA
+  return std::make_shared<cuda::BatchedSm90Experts>(cfg);
+#else
+  MODMOE_FAIL() << "BatchedSm90Experts: this build has no CUDA backend";
+  return nullptr;
+#endif
+}
+
+// Whether `device` runs the Hopper kernels (the hopper_only parts).
+bool hopper_device(Device device) {
+  if (!device.is_cuda()) return false;
+  Context ctx;
+  ctx.device = device;
+  return moe_gemm_sm90_available(ctx);
+}
+
 std::shared_ptr<Experts> make_batched_cuda_experts(const MoEConfig& cfg, Backend) {
 #ifdef MODMOE_WITH_CUDA
   return std::make_shared<cuda::BatchedCudaExperts>(cfg);
@@ -144,6 +172,27 @@ std::vector<PrepareFinalizeEntry> build_prepare_finalize() {
 std::vector<ExpertsEntry> build_experts() {
   std::vector<ExpertsEntry> parts;
   // Best first: "auto" takes the first compatible one on the requested backend.
+  for (ActivationFormat format : {ActivationFormat::Standard, ActivationFormat::Batched}) {
+    const bool standard = format == ActivationFormat::Standard;
+    PartCapabilities c =
+        cuda_experts_part(standard ? "Sm90Experts" : "BatchedSm90Experts", format);
+    c.in_dtypes = {DType::bf16};
+    c.quant_schemes = {QuantScheme::none, QuantScheme::fp8_block};
+    c.static_act_scale = false;
+    c.activations = {Activation::silu, Activation::gelu, Activation::gelu_tanh,
+                     Activation::swigluoai};
+    c.hopper_only = true;
+#ifdef MODMOE_WITH_CUDA
+    c.config_check = cuda::sm90_experts_unsupported;
+#endif
+    c.chunking = standard;
+    c.weight_and_reduce = standard ? WeightAndReduceKind::NoOp : WeightAndReduceKind::Delegate;
+    c.summary = standard ? "Hopper TMA+wgmma grouped GEMMs (fused gated FC1, fp8 epilogue "
+                           "quantization), reduces itself; sm_90 only"
+                         : "Hopper TMA+wgmma grouped GEMMs on (E, max_tokens, K) reading the "
+                           "counts on the device; finalize reduces; sm_90 only";
+    parts.push_back({c, standard ? make_sm90_experts : make_batched_sm90_experts});
+  }
   {
     PartCapabilities c = cuda_experts_part("CudaExperts", ActivationFormat::Standard);
     c.chunking = true;
@@ -261,6 +310,8 @@ Compatibility check_part(const PartCapabilities& p, const MoEConfig& c) {
     s << p.name << " does not support gated layout " << gated_layout_name(c.gated_layout);
   else if (p.format == ActivationFormat::Batched && c.max_num_tokens <= 0)
     s << p.name << " is batched and needs config.max_num_tokens > 0, got " << c.max_num_tokens;
+  else if (p.config_check)
+    if (const std::string why = p.config_check(c); !why.empty()) s << p.name << ": " << why;
   const std::string reason = s.str();
   return reason.empty() ? Compatibility{} : no(reason);
 }
@@ -319,6 +370,10 @@ ModularKernel make_modular_kernel(const std::string& pf_name, const std::string&
   std::string reasons;
   if (experts_name == "auto") {
     for (const auto& candidate : experts_registry()) {  // registered best-first
+      if (candidate.caps.hopper_only && !hopper_device(device)) {
+        reasons += "\n  " + candidate.caps.name + " needs an sm_90 device and sm_90a kernels";
+        continue;
+      }
       Compatibility r = check_compatibility(pf->caps, candidate.caps, config, backend);
       if (r) {
         ex = &candidate;
@@ -336,6 +391,9 @@ ModularKernel make_modular_kernel(const std::string& pf_name, const std::string&
     Compatibility r = check_compatibility(pf->caps, ex->caps, config, backend);
     MODMOE_CHECK(r.ok) << "make_modular_kernel: " << pf_name << " + " << experts_name
                        << " do not compose: " << r.reason;
+    MODMOE_CHECK(!ex->caps.hopper_only || hopper_device(device))
+        << "make_modular_kernel: " << experts_name << " needs an sm_90 device and a build with "
+        << "the sm_90a kernels; " << device.str() << " is not one";
   }
   return ModularKernel(pf->make(config, backend), ex->make(config, backend),
                        std::move(shared_experts));

@@ -4,12 +4,15 @@
 //                                       present (else the CPU), checked against the oracle
 //   modmoe-bench --model NAME [-m M] [--quant none|fp8-block|...] [--repeats R] [--no-check]
 //   modmoe-bench --shapes standard|quick [--json FILE] [--stages] ...     (GPU only)
+//   modmoe-bench --gemm [--json FILE] [--replays R] [--quick]             (Hopper GPU only)
 //   modmoe-bench --list-models
 //
 // One model: the median time of R forwards (on the GPU: R replays of a captured CUDA graph),
 // the achieved GFLOP/s and weight GB/s, and the error against the float64 oracle.
 // --shapes: the standard shapes of ARCHITECTURE.md §10 against their floor and the cuBLAS
 // baseline, measured in the same run (tools/bench_gpu.cu; docs/gpu.md explains the numbers).
+// --gemm: the Hopper grouped GEMM alone: fused vs unfused gated FC1, the MoE scheduler at decode,
+// GEMM-only roofline numbers (tools/bench_sm90.cu).
 #include <omp.h>
 
 #include <algorithm>
@@ -29,6 +32,7 @@
 
 #if MODMOE_WITH_CUDA
 #include "bench_gpu.h"
+#include "bench_sm90.h"
 #endif
 
 namespace {
@@ -46,11 +50,16 @@ using bench::ModelShape;
       "       modmoe-bench --shapes standard|quick [--json FILE] [--stages] [--replays R]\n"
       "                    [--models a,b] [--ms 1,16] [--quants none,fp8-block] [--pf NAME]\n"
       "                    [--experts NAME] [--no-baseline] [--no-flush] [--seed S]\n"
+      "       modmoe-bench --gemm [--json FILE] [--replays R] [--quick] [--no-flush] [--seed S]\n"
       "       modmoe-bench --list-models\n"
       "\n"
       "--gpu is the default when a CUDA device is visible; --cpu forces the CPU backend.\n"
       "--shapes standard: 5 models x M in {1, 16, 128, 1024, 8192} x {bf16, fp8-block}, GPU only;\n"
       "--shapes quick (or --quick): qwen3-30b-a3b and deepseek-v3 x M in {1, 128, 8192}.\n"
+      "--gemm: the Hopper (sm90) grouped GEMM alone on GPU 0: fused vs unfused gated FC1 for 3\n"
+      "shapes x rows per expert {1, 64, 128, 256, 1024} x {bf16, fp8}, the scheduler A/B at\n"
+      "decode (M in 1..64), roofline numbers; --quick: one shape, rows {1, 128}, M {1, 16}.\n"
+      "Skips (exit 0) where the Hopper kernel is not available.\n"
       "See docs/gpu.md.\n");
   std::exit(code);
 }
@@ -237,7 +246,7 @@ int main(int argc, char** argv) {
     int repeats = -1;  // per backend default
     uint64_t seed = 1;
     bool check = true, any = false, force_cpu = false, force_gpu = false;
-    bool stages = false, baseline = true, flush = true;
+    bool stages = false, baseline = true, flush = true, gemm = false, quick = false;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       auto next = [&]() -> std::string {
@@ -254,7 +263,9 @@ int main(int argc, char** argv) {
       else if (a == "--shapes")
         shapes = next(), any = true;
       else if (a == "--quick")
-        shapes = "quick", any = true;
+        shapes = "quick", quick = true, any = true;
+      else if (a == "--gemm")
+        gemm = true, any = true;
       else if (a == "-m")
         M = std::stoll(next());
       else if (a == "--dtype")
@@ -315,6 +326,26 @@ int main(int argc, char** argv) {
       return 2;
     }
     const bool gpu = !force_cpu && have_gpu;
+
+    if (gemm) {
+      if (force_cpu || (!shapes.empty() && !quick)) {
+        std::fprintf(stderr, "modmoe-bench: --gemm runs on a GPU alone; it excludes %s\n",
+                     force_cpu ? "--cpu" : "--shapes");
+        return 2;
+      }
+#if MODMOE_WITH_CUDA
+      bench::GemmBenchOptions g;
+      g.quick = quick;
+      g.replays = repeats > 0 ? repeats : 30;
+      g.flush_l2 = flush;
+      g.seed = seed;
+      g.json_path = json_path;
+      return bench::run_gemm_bench(g);
+#else
+      std::printf("modmoe-bench --gemm: skipped: this build has no CUDA backend\n");
+      return 0;
+#endif
+    }
 
     if (!shapes.empty()) {
       if (!gpu) {

@@ -11,11 +11,20 @@
 // kernel computes both halves of a tile and writes act(gate) * up (GatedLayout says which half
 // is which); plain: N_out = N_b. out (total_rows, N_out) bf16 (fp16/fp32 accepted).
 //
-// On CUDA this runs the portable mma.sync grouped GEMM today; the Hopper wgmma kernel (issue 5)
-// will take its place behind the same call.
+// Which kernel runs on CUDA (MoeGemmOptions::kernel):
+//   automatic  the Hopper kernel when the device is sm_90 and the build has it (sm_90a) and the
+//              arguments allow it, the portable mma.sync kernel otherwise
+//   portable   the portable kernel (sm80+; fp8 from sm89)
+//   sm90       the Hopper kernel (persistent, warp-specialized, TMA + wgmma); an error when the
+//              device or the build cannot run it
+// The Hopper kernel also accepts "MN"-major scales (a_scale (K/128, total_rows), b_scale
+// (E, K/128, ceil(N_b/128))) and, for gated, an fp8 output: out fp8_e4m3 (total_rows, N_out) with
+// out_scale fp32 (total_rows, N_out/128) — act(gate)*up quantized per row and 128 columns, the
+// operand GEMM2 takes (fp8 block).
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "modmoe/activation.h"
 #include "modmoe/context.h"
@@ -23,15 +32,41 @@
 
 namespace modmoe {
 
+enum class MoeGemmKernel { automatic, portable, sm90 };
+
+// How the Hopper kernel's CTAs find their next tile (expert, row block, column block):
+//   cooperative  a scheduler warp per CTA scans 32 experts at a time (shuffle prefix sum over
+//                the tile counts, ballot to find the owner), moving forward only
+//   linear_scan  the same warp walks the experts one at a time (the simple baseline)
+//   precomputed  a small kernel writes the tile list first; the CTAs read it (the "ideal" the
+//                other two are measured against)
+enum class MoeGemmScheduler { cooperative, linear_scan, precomputed };
+
 struct MoeGemmOptions {
   bool gated = false;
   GatedLayout gated_layout = GatedLayout::GateUp;  // FlashInfer's is_gated order is UpGate
   Activation activation = Activation::silu;        // a gated form, used when gated
-  std::string scale_major_mode = "K";              // "MN" (transposed scales): not supported yet
+  std::string scale_major_mode = "K";              // "K" or "MN" (MN: Hopper kernel only)
+  Tensor out_scale;  // fp8 gated output only: (total_rows, N_out/128) fp32
+  MoeGemmKernel kernel = MoeGemmKernel::automatic;
+  MoeGemmScheduler scheduler = MoeGemmScheduler::cooperative;  // Hopper kernel only
+  std::string tile;  // Hopper kernel only: "" = the heuristic, else one of moe_gemm_sm90_tiles()
 };
 
 void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
                         const Tensor& a_scale, const Tensor& b_scale, const Tensor& m_indptr,
                         const Tensor& out, const MoeGemmOptions& options = {});
+
+// The Hopper kernel's tile shapes, "BMxBN" (rows of a x rows of b per CTA tile; gated tiles
+// hold BN/2 gate and BN/2 up rows). Empty in a build without the sm_90a kernels.
+std::vector<std::string> moe_gemm_sm90_tiles();
+
+// Whether ctx's device can run the Hopper kernel (a CUDA device of compute capability 9.0 and a
+// build with the sm_90a kernels).
+bool moe_gemm_sm90_available(const Context& ctx);
+
+// The tile the heuristic picks for these sizes (for benchmarks and tests; "" without sm_90a).
+std::string moe_gemm_sm90_tile_for(int64_t total_rows, int64_t N_out, int64_t K, int64_t E,
+                                   bool gated, DType dtype, int sm_count);
 
 }  // namespace modmoe

@@ -35,6 +35,12 @@ struct PartCapabilities {
   std::vector<Activation> activations;     // Experts only
   std::vector<GatedLayout> gated_layouts;  // Experts only
   WeightAndReduceKind weight_and_reduce = WeightAndReduceKind::Delegate;  // Experts only
+  // Runs only on sm_90 devices of a build with the sm_90a kernels: "auto" skips it elsewhere
+  // (make_modular_kernel asks the device; check_compatibility stays a pure function).
+  bool hopper_only = false;
+  // Constraints a table cannot say (e.g. alignment that depends on the scheme): "" when the
+  // part supports the config, else why not. Optional.
+  std::function<std::string(const MoEConfig&)> config_check;
   std::string summary;
 };
 

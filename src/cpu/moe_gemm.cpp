@@ -1,15 +1,40 @@
 // moe_gemm_groupwise on the CPU: dequantize A rows to fp32, the blocked grouped GEMM
-// (cpu::grouped_gemm_nt dequantizes B per panel), then the (gated) epilogue.
+// (cpu::grouped_gemm_nt dequantizes B per panel), then the (gated) epilogue, which stores the
+// row as is or, for an fp8_e4m3 out, quantizes it per 128 columns like the fp8_block
+// activation quantizer (the operand GEMM2 takes).
+//
+// "MN"-major scales are the transposed layout GPU kernels prefer (FlashInfer's and DeepGEMM's
+// option). Here they are only turned back into the K-major values the rest of the path
+// expects (a row's A scales gathered with a stride, B scales transposed into a temporary),
+// so both modes share one computation.
 #include "cpu/moe_gemm.h"
 
 #include <vector>
 
 #include "cpu/expert_mlp.h"
 #include "cpu/gemm.h"
+#include "cpu/quant_rows.h"
 #include "cpu/rows.h"
+#include "modmoe/allocator.h"
 #include "modmoe/error.h"
 
 namespace modmoe::cpu {
+
+namespace {
+
+// b_scale (E, K/128, ceil(N_b/128)) MN-major -> (E, ceil(N_b/128), K/128) K-major.
+OwnedTensor k_major_weight_scales(const Tensor& mn_scale) {
+  const int64_t E = mn_scale.size(0), kb = mn_scale.size(1), nb = mn_scale.size(2);
+  OwnedTensor k_major = host_tensor(DType::fp32, {E, nb, kb});
+  const float* src = mn_scale.data_ptr<const float>();
+  float* dst = k_major.data_ptr<float>();
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t n = 0; n < nb; ++n)
+      for (int64_t k = 0; k < kb; ++k) dst[(e * nb + n) * kb + k] = src[(e * kb + k) * nb + n];
+  return k_major;
+}
+
+}  // namespace
 
 void moe_gemm_groupwise(const Context&, const Tensor& a, const Tensor& b, const Tensor& a_scale,
                         const Tensor& b_scale, const Tensor& m_indptr, const Tensor& out,
@@ -17,6 +42,8 @@ void moe_gemm_groupwise(const Context&, const Tensor& a, const Tensor& b, const 
   static constexpr const char* kFn = "moe_gemm_groupwise";
   const int64_t E = b.size(0), N_b = b.size(1), K = b.size(2), rows = a.size(0);
   const int64_t N_out = out.size(1);
+  const bool quantized = scheme != QuantScheme::none;
+  const bool mn_major = quantized && o.scale_major_mode == "MN";
 
   // m_indptr is host memory here, so it is checked (the CUDA backend cannot without a sync).
   const int32_t* indptr = m_indptr.data_ptr<int32_t>();
@@ -36,20 +63,35 @@ void moe_gemm_groupwise(const Context&, const Tensor& a, const Tensor& b, const 
   // A rows in fp32 (only the rows some expert owns).
   std::vector<float> A((last - first) * K), C((last - first) * N_b);
   const size_t a_row_bytes = K * dtype_size(a.dtype());
-  const int64_t groups = scheme == QuantScheme::none ? 0 : a_scale.size(1);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = first; r < last; ++r) {
-    const void* row = static_cast<const char*>(a.data()) + r * a_row_bytes;
-    const void* rs = scheme == QuantScheme::none ? nullptr : a_scale.data_ptr<float>() + r * groups;
-    dequantize_input_row(row, a.dtype(), K, scheme, rs, A.data() + (r - first) * K);
+  const int64_t k_groups = quantized ? K / kBlockSize : 0;
+  const float* a_scales = quantized ? a_scale.data_ptr<const float>() : nullptr;
+#pragma omp parallel
+  {
+    std::vector<float> gathered(k_groups);  // one row's A scales when they are MN-major
+#pragma omp for schedule(static)
+    for (int64_t r = first; r < last; ++r) {
+      const void* row = static_cast<const char*>(a.data()) + r * a_row_bytes;
+      const float* rs = nullptr;
+      if (mn_major) {
+        for (int64_t g = 0; g < k_groups; ++g) gathered[g] = a_scales[g * rows + r];
+        rs = gathered.data();
+      } else if (quantized) {
+        rs = a_scales + r * k_groups;
+      }
+      dequantize_input_row(row, a.dtype(), K, scheme, rs, A.data() + (r - first) * K);
+    }
   }
+  const OwnedTensor b_scale_k_major = mn_major ? k_major_weight_scales(b_scale) : OwnedTensor();
+  const Tensor& b_scale_k = mn_major ? b_scale_k_major.tensor() : b_scale;
   std::vector<WeightOperand> B(E);
   std::vector<int64_t> local(E + 1);
-  for (int64_t e = 0; e < E; ++e) B[e] = expert_operand(b, b_scale, scheme, e);
+  for (int64_t e = 0; e < E; ++e) B[e] = expert_operand(b, b_scale_k, scheme, e);
   for (int64_t e = 0; e <= E; ++e) local[e] = offsets[e] - first;
   grouped_gemm_nt(E, local.data(), A.data(), K, B.data(), C.data(), N_b);
 
+  const bool fp8_out = out.dtype() == DType::fp8_e4m3;
   const size_t out_row_bytes = N_out * dtype_size(out.dtype());
+  const int64_t out_groups = fp8_out ? N_out / kBlockSize : 0;
 #pragma omp parallel
   {
     std::vector<float> row(N_out);
@@ -61,7 +103,15 @@ void moe_gemm_groupwise(const Context&, const Tensor& a, const Tensor& b, const 
                                             c[up_column(o.gated_layout, j, N_out)])
                          : c[j];
       }
-      store_row(row.data(), N_out, out.dtype(), static_cast<char*>(out.data()) + r * out_row_bytes);
+      char* dst = static_cast<char*>(out.data()) + r * out_row_bytes;
+      if (fp8_out) {
+        // The fp8_block activation quantizer's own row routine: same scales, same codes.
+        quantize_row(row.data(), N_out, QuantScheme::fp8_block, nullptr,
+                     reinterpret_cast<uint8_t*>(dst),
+                     o.out_scale.data_ptr<float>() + r * out_groups);
+      } else {
+        store_row(row.data(), N_out, out.dtype(), dst);
+      }
     }
   }
 }

@@ -21,6 +21,7 @@
 #include "cuda/cuda_experts.h"
 #include "cuda/cuda_topk_weight_and_reduce.h"
 #include "cuda/device_guard.h"
+#include "cuda/experts_common.h"
 #include "cuda/grouped_gemm.h"
 #include "cuda/permute.h"
 #include "cuda/quantize.h"
@@ -188,51 +189,6 @@ GroupedGemmArgs gemm2_args(const MoEConfig& c, const MlpPlan& plan, const Expert
   return g;
 }
 
-void check_config(const char* name, const MoEConfig& c) {
-  MODMOE_CHECK(c.in_dtype == DType::bf16 || c.in_dtype == DType::fp16 ||
-               (c.in_dtype == DType::fp32 && c.quant.quantized()))
-      << name << ": in_dtype must be bf16 or fp16 (fp32 only with an fp8 scheme: the tensor-core "
-      << "GEMM has no fp32 operands), got " << dtype_name(c.in_dtype) << " with " << c.quant.str();
-  MODMOE_CHECK(c.num_local_experts >= 1 && c.hidden_size >= 1 && c.intermediate_size >= 1 &&
-               c.topk >= 1)
-      << name << ": the config must have E_local, K, N, topk >= 1, got [" << c.str() << "]";
-}
-
-void check_workspace(const char* fn, const char* arg, const Tensor& ws, size_t bytes,
-                     Device device) {
-  MODMOE_CHECK(ws.defined() && ws.nbytes() >= bytes && ws.device() == device && ws.is_contiguous())
-      << fn << ": " << arg << " must be a contiguous buffer of >= " << bytes << " bytes on "
-      << device.str() << " (as workspace_shapes() declared), got " << ws.describe();
-}
-
-// Input checks shared by both experts; `a1q_rows` is the row shape of the activations
-// ((M) standard, (E_local, T) batched).
-void check_apply_inputs(const char* fn, const Context& ctx, const MoEConfig& c, const ApplyArgs& a,
-                        const Shape& a1q_rows) {
-  check_context_device(fn, ctx, DeviceType::cuda);
-  MODMOE_CHECK(a.weights != nullptr) << fn << ": weights must not be null";
-  check_expert_weights(fn, *a.weights, c, ctx.device);
-  const DType in = c.quant.quantized() ? DType::fp8_e4m3 : c.in_dtype;
-  Shape shape = a1q_rows;
-  shape.push_back(c.hidden_size);
-  check_tensor(fn, "hidden_states", a.hidden_states, {in}, shape,
-               a1q_rows.size() == 1 ? "(M, K)" : "(E_local, max_tokens, K)", ctx.device);
-  if (c.quant.quantized()) {
-    const QuantScheme scheme = c.quant.scheme;
-    if (c.quant.static_act_scale || scheme == QuantScheme::fp8_tensor) {
-      check_scale(fn, "a1q_scale", a.a1q_scale, scheme, {1}, ctx.device);
-    } else {
-      const int64_t rows = shape_numel(a1q_rows);
-      Shape scale_shape = a1q_rows;
-      scale_shape.push_back(act_scale_shape(scheme, rows, c.hidden_size).back());
-      check_scale(fn, "a1q_scale", a.a1q_scale, scheme, scale_shape, ctx.device);
-    }
-    if (c.quant.static_act_scale)
-      check_tensor(fn, "weights.a2_scale", a.weights->a2_scale, {DType::fp32}, {1},
-                   "(static per-tensor)", ctx.device);
-  }
-}
-
 // ---- CudaExperts layout ------------------------------------------------------------------
 
 struct StandardLayout {
@@ -285,24 +241,13 @@ BatchedLayout batched_layout(const MoEConfig& c, const MlpPlan& plan, int64_t T,
   return l;
 }
 
-WorkspaceShapes byte_workspaces(size_t ws13_bytes, size_t ws2_bytes, Shape output,
-                                DType output_dtype) {
-  WorkspaceShapes s;
-  s.workspace13 = {static_cast<int64_t>(ws13_bytes)};
-  s.workspace2 = {static_cast<int64_t>(ws2_bytes)};
-  s.workspace_dtype = DType::uint8;
-  s.output = std::move(output);
-  s.output_dtype = output_dtype;
-  return s;
-}
-
 }  // namespace
 
 // ---- CudaExperts -----------------------------------------------------------------------------
 
 CudaExperts::CudaExperts(const MoEConfig& config, bool fuse_gated_activation)
     : Experts(config), fuse_gated_activation_(fuse_gated_activation) {
-  check_config("CudaExperts", config);
+  check_experts_config("CudaExperts", config);
 }
 
 WorkspaceShapes CudaExperts::workspace_shapes(int64_t M, int64_t, int64_t K, int64_t, int64_t,
@@ -406,7 +351,7 @@ BatchedCudaExperts::BatchedCudaExperts(const MoEConfig& config, int num_dispatch
     : Experts(config),
       num_dispatchers_(num_dispatchers),
       fuse_gated_activation_(fuse_gated_activation) {
-  check_config("BatchedCudaExperts", config);
+  check_experts_config("BatchedCudaExperts", config);
   MODMOE_CHECK(config.max_num_tokens > 0)
       << "BatchedCudaExperts: config.max_num_tokens must be > 0, got " << config.max_num_tokens;
   MODMOE_CHECK(num_dispatchers >= 1)

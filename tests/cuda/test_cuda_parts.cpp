@@ -520,13 +520,21 @@ TEST(CudaExperts, RegistryPicksTheCudaPartsOnCuda) {
   cfg.topk = 2;
   cfg.in_dtype = DType::bf16;
   cfg.max_num_tokens = 16;
+  // On an sm_90 device the Hopper experts come first; elsewhere the portable ones.
+  const bool hopper = moe_gemm_sm90_available(cuda_context(0, nullptr));
   EXPECT_EQ(
       make_modular_kernel("NoEPPrepareAndFinalize", "auto", cfg, Device::cuda(0)).experts().name(),
-      "CudaExperts");
+      hopper ? "Sm90Experts" : "CudaExperts");
   EXPECT_EQ(make_modular_kernel("BatchedPrepareAndFinalize", "auto", cfg, Device::cuda(0))
                 .experts()
                 .name(),
-            "BatchedCudaExperts");
+            hopper ? "BatchedSm90Experts" : "BatchedCudaExperts");
+  // What the Hopper experts cannot run (here: fp16) falls back to the portable ones.
+  MoEConfig fp16 = cfg;
+  fp16.in_dtype = DType::fp16;
+  EXPECT_EQ(
+      make_modular_kernel("NoEPPrepareAndFinalize", "auto", fp16, Device::cuda(0)).experts().name(),
+      "CudaExperts");
   EXPECT_EQ(make_modular_kernel("NoEPPrepareAndFinalize", "auto", cfg).experts().name(),
             "ReferenceExperts");
   // Not on the CPU, and not for what the GEMM cannot do.

@@ -1,0 +1,65 @@
+// The fp8 element codecs of the CUDA backend: device twins of src/cpu/quant_rows.h, so a value
+// quantized on the GPU has the CPU's bits (scales, e4m3 codes, NaN signs included). Used by the
+// quantization kernels (quantize.cu) and the Hopper GEMM's fp8 output epilogue.
+#pragma once
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace modmoe::cuda {
+
+constexpr uint32_t kQuietNaNBits = 0x7fc00000u;  // std::numeric_limits<float>::quiet_NaN()
+
+__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+// amax / 448, 1 for an all-zero group, NaN for inf/NaN, the smallest subnormal on underflow.
+__device__ __forceinline__ float fp8_scale_for_amax(float amax) {
+  if (!isfinite(amax)) return __uint_as_float(kQuietNaNBits);
+  if (amax == 0.0f) return 1.0f;
+  const float scale = __fdiv_rn(amax, 448.0f);
+  return scale > 0.0f ? scale : __uint_as_float(1u);
+}
+
+// e8m0 code of 2^(floor(log2(amax)) - 8), clamped at 0; 0xff (NaN) for inf/NaN.
+__device__ __forceinline__ uint8_t mx_scale_code_for_amax(float amax) {
+  const uint32_t bits = abs_bits(amax);
+  if (bits >= 0x7f800000u) return 0xff;
+  const int biased_exponent = static_cast<int>(bits >> 23);
+  return static_cast<uint8_t>(biased_exponent > 8 ? biased_exponent - 8 : 0);
+}
+
+__device__ __forceinline__ float e8m0_value(uint8_t code) {
+  if (code == 0xff) return __uint_as_float(kQuietNaNBits);
+  return code == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(uint32_t{code} << 23);
+}
+
+// The value of an e4m3 code, exactly as the CPU's table (NaN codes keep their sign).
+__device__ __forceinline__ float e4m3_value(uint8_t code) {
+  const uint32_t sign = uint32_t{code & 0x80u} << 24;
+  const uint32_t exponent = (code >> 3) & 0xfu, mantissa = code & 0x7u;
+  if ((code & 0x7fu) == 0x7fu) return __uint_as_float(sign | kQuietNaNBits);
+  const float magnitude = exponent == 0
+                              ? __fmul_rn(static_cast<float>(mantissa), 0.001953125f)  // m * 2^-9
+                              : __uint_as_float(((exponent + 120u) << 23) | (mantissa << 20));
+  return __uint_as_float(__float_as_uint(magnitude) | sign);
+}
+
+// The e4m3 codes of x0 / scale and x1 / scale (x0's in the low byte): correctly rounded
+// division, then RNE with finite saturation by the hardware conversion. A NaN quotient gets
+// the sign the CPU's gives it: x86 division returns its NaN operand (x if x is NaN, else the
+// scale), while the GPU returns one canonical NaN.
+__device__ __forceinline__ uint32_t e4m3_nan_code(float x, float scale) {
+  return ((__float_as_uint(isnan(x) ? x : scale) >> 24) & 0x80u) | 0x7fu;
+}
+
+__device__ __forceinline__ uint32_t e4m3_pair(float x0, float x1, float scale) {
+  const float q0 = __fdiv_rn(x0, scale), q1 = __fdiv_rn(x1, scale);
+  uint32_t codes = __nv_cvt_float2_to_fp8x2(make_float2(q0, q1), __NV_SATFINITE, __NV_E4M3);
+  if (isnan(q0)) codes = (codes & 0xff00u) | e4m3_nan_code(x0, scale);
+  if (isnan(q1)) codes = (codes & 0x00ffu) | (e4m3_nan_code(x1, scale) << 8);
+  return codes;
+}
+
+}  // namespace modmoe::cuda

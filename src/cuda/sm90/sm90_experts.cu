@@ -1,0 +1,319 @@
+// Sm90Experts and BatchedSm90Experts (see sm90_experts.h).
+//
+// Workspaces (bytes, carved by the same functions in workspace_shapes and apply):
+//   Sm90Experts, P = M * topk pairs:
+//     workspace2:  permute arrays + CUB scratch | a (P, K) gathered rows | a scales (P, K/128)
+//                  | a2 (P, N) GEMM2 operand | a2 scales (P, N/128)       (scales: fp8 only)
+//     workspace13: y (P, K) fp32, GEMM2's output
+//   BatchedSm90Experts, R = E_local * T rows:
+//     workspace2:  a2 (R, N) | a2 scales (R, N/128)
+//     workspace13: (none: GEMM2 writes the output)
+#include <cuda_runtime.h>
+
+#include <sstream>
+
+#include "cuda/batched.h"
+#include "cuda/byte_carver.h"
+#include "cuda/cuda_topk_weight_and_reduce.h"
+#include "cuda/device_guard.h"
+#include "cuda/experts_common.h"
+#include "cuda/permute.h"
+#include "cuda/reduce.h"
+#include "cuda/sm90/sm90_experts.h"
+#include "cuda/sm90/sm90_gemm.h"
+#include "core/validate.h"
+#include "modmoe/quant.h"
+#include "modmoe/trace.h"
+
+namespace modmoe::cuda {
+
+namespace {
+
+bool is_fp8(const MoEConfig& c) { return c.quant.scheme == QuantScheme::fp8_block; }
+DType operand_dtype(const MoEConfig& c) { return is_fp8(c) ? DType::fp8_e4m3 : DType::bf16; }
+
+// GEMM2's operand: (rows, N) in the operand dtype, with its group-128 scales when fp8.
+struct Intermediate {
+  void* a2 = nullptr;
+  float* a2_scale = nullptr;
+};
+
+Intermediate carve_intermediate(const MoEConfig& c, int64_t rows, ByteCarver& carver) {
+  const int64_t N = c.intermediate_size;
+  Intermediate m;
+  m.a2 = carver.take_bytes(static_cast<size_t>(rows * N) * dtype_size(operand_dtype(c)));
+  if (is_fp8(c)) m.a2_scale = carver.take<float>(rows * (N / kBlockSize));
+  return m;
+}
+
+// The parts of both GEMMs that do not depend on the row structure.
+sm90::GemmArgs gemm1_args(const MoEConfig& c, const ExpertWeights& w, const void* a,
+                          const void* a_scale, int64_t rows, const Intermediate& m) {
+  sm90::GemmArgs g;
+  g.a = a;
+  g.total_rows = rows;
+  g.b = w.w13.data();
+  g.E = c.num_local_experts;
+  g.N_b = c.w13_rows();
+  g.K = c.hidden_size;
+  g.ab_dtype = operand_dtype(c);
+  g.a_scale = static_cast<const float*>(a_scale);
+  g.b_scale = w.w13_scale.defined() ? w.w13_scale.data_ptr<float>() : nullptr;
+  g.gated = true;
+  g.gated_layout = c.gated_layout;
+  g.activation = c.activation;
+  g.d = m.a2;
+  g.d_dtype = is_fp8(c) ? DType::fp8_e4m3 : DType::bf16;
+  g.d_scale = m.a2_scale;
+  return g;
+}
+
+sm90::GemmArgs gemm2_args(const MoEConfig& c, const ExpertWeights& w, int64_t rows,
+                          const Intermediate& m, float* y) {
+  sm90::GemmArgs g;
+  g.a = m.a2;
+  g.total_rows = rows;
+  g.b = w.w2.data();
+  g.E = c.num_local_experts;
+  g.N_b = c.hidden_size;
+  g.K = c.intermediate_size;
+  g.ab_dtype = operand_dtype(c);
+  g.a_scale = m.a2_scale;
+  g.b_scale = w.w2_scale.defined() ? w.w2_scale.data_ptr<float>() : nullptr;
+  g.d = y;
+  g.d_dtype = DType::fp32;
+  return g;
+}
+
+void check_supported(const char* name, const MoEConfig& c, const Context& ctx) {
+  const std::string why = sm90_experts_unsupported(c);
+  MODMOE_CHECK(why.empty()) << name << ": " << why;
+  MODMOE_CHECK(sm90::available(ctx.device.index))
+      << name << ": needs an sm_90 device and a build with the sm_90a kernels; "
+      << ctx.device.str() << " cannot run them";
+}
+
+// ---- Sm90Experts layout -----------------------------------------------------------------------
+
+struct StandardLayout {
+  PermuteWorkspace perm;
+  void* a = nullptr;        // (P, K) gathered rows
+  float* a_scale = nullptr;  // (P, K/128)
+  Intermediate mid;
+  float* y = nullptr;  // (P, K) fp32
+  size_t ws13_bytes = 0, ws2_bytes = 0;
+};
+
+StandardLayout standard_layout(const MoEConfig& c, int64_t M, void* ws13, void* ws2) {
+  const int64_t P = M * c.topk, K = c.hidden_size;
+  StandardLayout l;
+  ByteCarver c2(ws2), c13(ws13);
+  l.perm = PermuteWorkspace::carve(c2, P, c.num_local_experts);
+  l.a = c2.take_bytes(static_cast<size_t>(P * K) * dtype_size(operand_dtype(c)));
+  if (is_fp8(c)) l.a_scale = c2.take<float>(P * (K / kBlockSize));
+  l.mid = carve_intermediate(c, P, c2);
+  l.y = c13.take<float>(P * K);
+  l.ws13_bytes = c13.size();
+  l.ws2_bytes = c2.size();
+  return l;
+}
+
+}  // namespace
+
+std::string sm90_experts_unsupported(const MoEConfig& c) {
+  std::ostringstream why;
+  const int64_t K = c.hidden_size, N = c.intermediate_size;
+  if (c.in_dtype != DType::bf16) {
+    why << "in_dtype must be bf16, got " << dtype_name(c.in_dtype);
+  } else if (c.quant.scheme != QuantScheme::none && c.quant.scheme != QuantScheme::fp8_block) {
+    why << "the scheme must be none or fp8_block, got " << c.quant.str();
+  } else if (c.quant.static_act_scale) {
+    why << "static activation scales are not supported";
+  } else if (!is_gated(c.activation)) {
+    why << "the activation must be gated (the epilogue computes act(gate)*up), got "
+        << activation_name(c.activation);
+  } else if (is_fp8(c) && (K % 128 != 0 || N % 128 != 0)) {
+    why << "fp8_block needs K and N to be multiples of 128, got K = " << K << ", N = " << N;
+  } else if (K % 16 != 0 || N % 16 != 0) {
+    why << "K and N must be multiples of 16, got K = " << K << ", N = " << N;
+  }
+  return why.str();
+}
+
+// ---- Sm90Experts -----------------------------------------------------------------------------
+
+Sm90Experts::Sm90Experts(const MoEConfig& config) : Experts(config) {
+  check_experts_config("Sm90Experts", config);
+  const std::string why = sm90_experts_unsupported(config);
+  MODMOE_CHECK(why.empty()) << "Sm90Experts: " << why;
+}
+
+WorkspaceShapes Sm90Experts::workspace_shapes(int64_t M, int64_t, int64_t K, int64_t, int64_t,
+                                              int64_t, const ExpertTokensMetadata*) const {
+  const StandardLayout l = standard_layout(config(), M, nullptr, nullptr);
+  return byte_workspaces(l.ws13_bytes, l.ws2_bytes, {M, K}, config().in_dtype);
+}
+
+TopKWeightAndReducePtr Sm90Experts::finalize_weight_and_reduce_impl() const {
+  return std::make_shared<TopKWeightAndReduceNoOp>();
+}
+
+void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
+  static constexpr const char* kFn = "Sm90Experts::apply";
+  const MoEConfig& c = config();
+  MODMOE_CHECK(a.hidden_states.defined() && a.hidden_states.ndim() == 2)
+      << kFn << ": hidden_states must be 2-D (M, K), got " << a.hidden_states.describe();
+  const int64_t M = a.hidden_states.size(0), K = c.hidden_size, topk = c.topk;
+  check_apply_inputs(kFn, ctx, c, a, {M});
+  check_supported(kFn, c, ctx);
+  check_tensor(kFn, "output", a.output, {c.in_dtype}, {M, K}, "(M, K)", ctx.device);
+  check_tensor(kFn, "topk_ids", a.topk_ids, {DType::int32, DType::int64}, {M, topk}, "(M, topk)",
+               ctx.device);
+  if (!a.apply_router_weight_on_input)
+    check_tensor(kFn, "topk_weights", a.topk_weights, {DType::fp32}, {M, topk}, "(M, topk)",
+                 ctx.device);
+  MODMOE_CHECK(!a.apply_router_weight_on_input || topk == 1)
+      << kFn << ": apply_router_weight_on_input requires topk == 1, got topk = " << topk;
+  const int64_t E = a.global_num_experts > 0 ? a.global_num_experts : c.num_experts;
+  if (a.expert_map.defined()) {
+    check_tensor(kFn, "expert_map", a.expert_map, {DType::int32}, {E}, "(E)", ctx.device);
+  } else {
+    MODMOE_CHECK(c.num_local_experts == E)
+        << kFn << ": expert_map is required when the weights hold a subset of the experts "
+        << "(E_local = " << c.num_local_experts << ", E = " << E << ")";
+  }
+  if (M == 0) return;
+
+  DeviceGuard guard(ctx.device.index);
+  const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
+  const StandardLayout need = standard_layout(c, M, nullptr, nullptr);
+  check_workspace(kFn, "workspace13", a.workspace13, need.ws13_bytes, ctx.device);
+  check_workspace(kFn, "workspace2", a.workspace2, need.ws2_bytes, ctx.device);
+  const StandardLayout l = standard_layout(c, M, a.workspace13.data(), a.workspace2.data());
+  const int64_t P = M * topk;
+
+  // 1. Permute, then gather each row's token (and its scales): TMA reads contiguous rows.
+  PermuteArgs p;
+  p.topk_ids = a.topk_ids.data();
+  p.ids_dtype = a.topk_ids.dtype();
+  p.num_tokens = M;
+  p.topk = topk;
+  p.expert_map = a.expert_map.defined() ? a.expert_map.data_ptr<int32_t>() : nullptr;
+  p.num_experts = E;
+  p.num_local_experts = c.num_local_experts;
+  {
+    TraceRange range(ctx, "permute");
+    permute(p, l.perm, stream);
+    const int64_t row_bytes = K * static_cast<int64_t>(dtype_size(operand_dtype(c)));
+    batched_gather_rows(a.hidden_states.data(), row_bytes, l.a, row_bytes, row_bytes,
+                        l.perm.sorted_token, P, stream);
+    if (is_fp8(c)) {
+      const int64_t scale_bytes = (K / kBlockSize) * 4;
+      batched_gather_rows(a.a1q_scale.data(), scale_bytes, l.a_scale, scale_bytes, scale_bytes,
+                          l.perm.sorted_token, P, stream);
+    }
+  }
+
+  // 2. GEMM1 + act(gate)*up (+ fp8 quantization) in its epilogue.
+  sm90::GemmArgs g1 = gemm1_args(c, *a.weights, l.a, l.a_scale, P, l.mid);
+  g1.m_indptr = l.perm.m_indptr;
+  g1.sm_count = ctx.sm_count;
+  {
+    TraceRange range(ctx, "gemm1");
+    sm90::launch(g1, stream);
+  }
+
+  // 3. GEMM2 into y (P, K) fp32.
+  sm90::GemmArgs g2 = gemm2_args(c, *a.weights, P, l.mid, l.y);
+  g2.m_indptr = l.perm.m_indptr;
+  g2.sm_count = ctx.sm_count;
+  {
+    TraceRange range(ctx, "gemm2");
+    sm90::launch(g2, stream);
+  }
+
+  // 4. Unpermute + top-k weight + reduce, in fixed k order.
+  WeightedReduceArgs r;
+  r.src = l.y;
+  r.src_dtype = DType::fp32;
+  r.src_ld = K;
+  r.pair_row = l.perm.row_of_pair;
+  r.topk_weights = a.apply_router_weight_on_input ? nullptr : a.topk_weights.data_ptr<float>();
+  r.M = M;
+  r.topk = topk;
+  r.K = K;
+  r.out = a.output.data();
+  r.out_dtype = a.output.dtype();
+  r.out_ld = K;
+  TraceRange range(ctx, "reduce");
+  weighted_reduce(r, stream);
+}
+
+// ---- BatchedSm90Experts ----------------------------------------------------------------------
+
+BatchedSm90Experts::BatchedSm90Experts(const MoEConfig& config, int num_dispatchers)
+    : Experts(config), num_dispatchers_(num_dispatchers) {
+  check_experts_config("BatchedSm90Experts", config);
+  const std::string why = sm90_experts_unsupported(config);
+  MODMOE_CHECK(why.empty()) << "BatchedSm90Experts: " << why;
+  MODMOE_CHECK(config.max_num_tokens > 0)
+      << "BatchedSm90Experts: config.max_num_tokens must be > 0, got " << config.max_num_tokens;
+  MODMOE_CHECK(num_dispatchers >= 1)
+      << "BatchedSm90Experts: num_dispatchers must be >= 1, got " << num_dispatchers;
+}
+
+WorkspaceShapes BatchedSm90Experts::workspace_shapes(int64_t, int64_t, int64_t K, int64_t, int64_t,
+                                                     int64_t local_num_experts,
+                                                     const ExpertTokensMetadata*) const {
+  const MoEConfig& c = config();
+  const int64_t T = c.max_num_tokens * num_dispatchers_;
+  ByteCarver c2(nullptr);
+  carve_intermediate(c, c.num_local_experts * T, c2);
+  return byte_workspaces(0, c2.size(), {local_num_experts, T, K}, DType::fp32);
+}
+
+TopKWeightAndReducePtr BatchedSm90Experts::finalize_weight_and_reduce_impl() const {
+  return std::make_shared<TopKWeightAndReduceDelegate>();
+}
+
+void BatchedSm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
+  static constexpr const char* kFn = "BatchedSm90Experts::apply";
+  const MoEConfig& c = config();
+  const int64_t E_local = c.num_local_experts, K = c.hidden_size;
+  const int64_t T = c.max_num_tokens * num_dispatchers_, rows = E_local * T;
+  check_apply_inputs(kFn, ctx, c, a, {E_local, T});
+  check_supported(kFn, c, ctx);
+  MODMOE_CHECK(a.expert_tokens_meta != nullptr)
+      << kFn << ": expert_tokens_meta (expert_num_tokens) is required for batched inputs";
+  check_tensor(kFn, "expert_num_tokens", a.expert_tokens_meta->expert_num_tokens, {DType::int32},
+               {E_local}, "(E_local)", ctx.device);
+  check_tensor(kFn, "output", a.output, {DType::fp32}, {E_local, T, K}, "(E_local, max_tokens, K)",
+               ctx.device);
+  ByteCarver need(nullptr);
+  carve_intermediate(c, rows, need);
+  check_workspace(kFn, "workspace2", a.workspace2, need.size(), ctx.device);
+  ByteCarver c2(a.workspace2.data());
+  const Intermediate mid = carve_intermediate(c, rows, c2);
+
+  DeviceGuard guard(ctx.device.index);
+  const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
+  const int32_t* counts = a.expert_tokens_meta->expert_num_tokens.data_ptr<int32_t>();
+
+  sm90::GemmArgs g1 = gemm1_args(c, *a.weights, a.hidden_states.data(),
+                                 a.a1q_scale.defined() ? a.a1q_scale.data() : nullptr, rows, mid);
+  g1.expert_num_tokens = counts;
+  g1.batch_rows = T;
+  g1.sm_count = ctx.sm_count;
+  {
+    TraceRange range(ctx, "gemm1");
+    sm90::launch(g1, stream);
+  }
+  sm90::GemmArgs g2 = gemm2_args(c, *a.weights, rows, mid, a.output.data_ptr<float>());
+  g2.expert_num_tokens = counts;
+  g2.batch_rows = T;
+  g2.sm_count = ctx.sm_count;
+  TraceRange range(ctx, "gemm2");
+  sm90::launch(g2, stream);
+}
+
+}  // namespace modmoe::cuda

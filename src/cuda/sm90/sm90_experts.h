@@ -1,0 +1,60 @@
+// The experts on the Hopper grouped GEMM (sm90_gemm.h), for bf16 inputs or fp8 block scales
+// (1x128 activations, 128x128 weights) and a gated activation:
+//
+//   Sm90Experts (standard):  permute -> gather rows (and their scales) by expert
+//     -> GEMM1 with act(gate)*up in its epilogue, written as GEMM2's operand (bf16, or fp8 with
+//        its group-128 scales: the epilogue quantizes, no fp32 intermediate, no quantize kernel)
+//     -> GEMM2 into (pairs, K) fp32 -> unpermute + top-k weight + reduce (NoOp finalize)
+//   BatchedSm90Experts:      GEMM1 and GEMM2 straight on (E_local, max_tokens, K), the kernel
+//     reading expert_num_tokens on the device: no pack step, nothing written past a count;
+//     GEMM2 writes the (E_local, max_tokens, K) fp32 output (Delegate finalize).
+//
+// Both need an sm_90 device and a build with the sm_90a kernels (registered as hopper_only:
+// "auto" picks them only there). sm90_experts_unsupported() says which configs they take.
+#pragma once
+
+#include <string>
+
+#include "modmoe/experts.h"
+
+namespace modmoe::cuda {
+
+// "" when the Hopper experts run `config`, else why not.
+std::string sm90_experts_unsupported(const MoEConfig& config);
+
+class Sm90Experts final : public Experts {
+ public:
+  explicit Sm90Experts(const MoEConfig& config);
+  std::string name() const override { return "Sm90Experts"; }
+  std::pair<ActivationFormat, ActivationFormat> activation_formats() const override {
+    return {ActivationFormat::Standard, ActivationFormat::Standard};
+  }
+  bool supports_expert_map() const override { return true; }
+  bool supports_chunking() const override { return true; }
+  WorkspaceShapes workspace_shapes(int64_t M, int64_t N, int64_t K, int64_t topk,
+                                   int64_t global_num_experts, int64_t local_num_experts,
+                                   const ExpertTokensMetadata* meta) const override;
+  TopKWeightAndReducePtr finalize_weight_and_reduce_impl() const override;
+  void apply(const Context& ctx, const ApplyArgs& args) override;
+};
+
+class BatchedSm90Experts final : public Experts {
+ public:
+  explicit BatchedSm90Experts(const MoEConfig& config, int num_dispatchers = 1);
+  std::string name() const override { return "BatchedSm90Experts"; }
+  std::pair<ActivationFormat, ActivationFormat> activation_formats() const override {
+    return {ActivationFormat::Batched, ActivationFormat::Batched};
+  }
+  bool supports_expert_map() const override { return true; }
+  bool supports_chunking() const override { return false; }
+  WorkspaceShapes workspace_shapes(int64_t M, int64_t N, int64_t K, int64_t topk,
+                                   int64_t global_num_experts, int64_t local_num_experts,
+                                   const ExpertTokensMetadata* meta) const override;
+  TopKWeightAndReducePtr finalize_weight_and_reduce_impl() const override;
+  void apply(const Context& ctx, const ApplyArgs& args) override;
+
+ private:
+  int num_dispatchers_;
+};
+
+}  // namespace modmoe::cuda

@@ -1,0 +1,373 @@
+// Host side of the Hopper grouped GEMM (sm90_gemm.h): argument checks, the tile heuristic,
+// tensor maps, the precomputed tile list, and the launch.
+#include <cuda.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+#include <sstream>
+
+#include "cuda/cuda_check.h"
+#include "cuda/sm90/sm90_gemm.h"
+#include "cuda/sm90/sm90_gemm_kernel.cuh"
+#include "modmoe/error.h"
+
+namespace modmoe::cuda::sm90 {
+
+namespace {
+
+// The compiled tiles. fp8 keeps two accumulator sets per thread (the running sum and one K
+// block's product), which leaves no room for a 64 x 256 consumer tile: no 128x256 in fp8.
+struct TileEntry {
+  const char* name;
+  int bm, bn;
+  bool bf16, fp8;
+};
+constexpr TileEntry kTiles[] = {
+    {"128x256", 128, 256, true, false},
+    {"128x128", 128, 128, true, true},
+    {"64x256", 64, 256, true, true},
+    {"64x128", 64, 128, true, true},
+};
+
+const TileEntry* find_tile(const std::string& name) {
+  for (const TileEntry& t : kTiles)
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
+std::string known_tiles(DType dtype) {
+  std::string s;
+  for (const TileEntry& t : kTiles) {
+    if (dtype == DType::fp8_e4m3 ? !t.fp8 : !t.bf16) continue;
+    s += s.empty() ? "" : ", ";
+    s += t.name;
+  }
+  return s;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- tensor maps ------------------------------------------------------------------------------
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
+                                         cudaEnableDefault, &status) == cudaSuccess &&
+        status == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  });
+  MODMOE_CHECK(fn != nullptr) << "moe_gemm (sm90): the driver has no cuTensorMapEncodeTiled";
+  return fn;
+}
+
+// A tiled map over `rank` dims (dims[0] contiguous), 128-byte swizzle, zeros out of bounds.
+CUtensorMap make_map(const void* base, DType dtype, int rank, const cuuint64_t* dims,
+                     const cuuint64_t* strides_bytes, const cuuint32_t* box, const char* what) {
+  CUtensorMap map;
+  cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  const CUtensorMapDataType type = dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                        : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  const CUresult r = encode_function()(
+      &map, type, rank, const_cast<void*>(base), dims, strides_bytes, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MODMOE_CHECK(r == CUDA_SUCCESS) << "moe_gemm (sm90): cuTensorMapEncodeTiled failed for " << what
+                                  << " (CUresult " << static_cast<int>(r) << ")";
+  return map;
+}
+
+struct Maps {
+  CUtensorMap a, b;
+};
+
+Maps make_maps(const GemmArgs& g, const TileEntry& tile) {
+  const int64_t es = dtype_size(g.ab_dtype);
+  const cuuint32_t bk = static_cast<cuuint32_t>(128 / es);  // 128 bytes of K per stage
+  Maps m;
+  {
+    const cuuint64_t dims[2] = {cuuint64_t(g.K), cuuint64_t(g.total_rows)};
+    const cuuint64_t strides[1] = {cuuint64_t(g.K * es)};
+    const cuuint32_t box[2] = {bk, cuuint32_t(tile.bm)};
+    m.a = make_map(g.a, g.ab_dtype, 2, dims, strides, box, "a");
+  }
+  const cuuint64_t row = g.K * es;
+  if (!g.gated) {
+    const cuuint64_t dims[3] = {cuuint64_t(g.K), cuuint64_t(g.N_b), cuuint64_t(g.E)};
+    const cuuint64_t strides[2] = {row, row * g.N_b};
+    const cuuint32_t box[3] = {bk, cuuint32_t(tile.bn), 1};
+    m.b = make_map(g.b, g.ab_dtype, 3, dims, strides, box, "b");
+  } else {
+    // (K, 8 rows, 2 halves, N/8 groups, E): a box lands as [group][half][8 rows][K], so the
+    // two halves' rows of the same output columns sit in the same 16-row slab.
+    const int64_t N = g.N_b / 2;
+    const bool interleaved = g.gated_layout == GatedLayout::Interleaved;
+    const cuuint64_t dims[5] = {cuuint64_t(g.K), 8, 2, cuuint64_t(N / 8), cuuint64_t(g.E)};
+    const cuuint64_t strides[4] = {interleaved ? 2 * row : row, interleaved ? row : row * N,
+                                   interleaved ? 16 * row : 8 * row, row * g.N_b};
+    const cuuint32_t box[5] = {bk, 8, 2, cuuint32_t(tile.bn / 16), 1};
+    m.b = make_map(g.b, g.ab_dtype, 5, dims, strides, box, "b (gated)");
+  }
+  return m;
+}
+
+// ---- the tile list ------------------------------------------------------------------------
+
+__global__ void build_tile_list_kernel(ScheduleParams p, int32_t bm, WorkTile* list) {
+  const int32_t E = p.E, n_blocks = p.n_blocks;
+  __shared__ int32_t warp_sums[32];
+  __shared__ int32_t running;
+  if (threadIdx.x == 0) running = 0;
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int32_t base = 0; base < E; base += blockDim.x) {
+    const int32_t e = base + threadIdx.x;
+    int32_t begin = 0, end = 0;
+    if (e < E) expert_rows(p, e, begin, end);
+    const int32_t m_blocks = end > begin ? (end - begin + bm - 1) / bm : 0;
+    const int32_t tiles = m_blocks * n_blocks;
+    // Block-wide exclusive scan of `tiles`: within warps, then over the warp sums.
+    int32_t inclusive = tiles;
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int32_t below = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (lane >= offset) inclusive += below;
+    }
+    if (lane == 31) warp_sums[warp] = inclusive;
+    __syncthreads();
+    if (warp == 0) {
+      const int32_t v = lane < blockDim.x / 32 ? warp_sums[lane] : 0;
+      int32_t incl = v;
+      for (int offset = 1; offset < 32; offset *= 2) {
+        const int32_t below = __shfl_up_sync(0xffffffffu, incl, offset);
+        if (lane >= offset) incl += below;
+      }
+      warp_sums[lane] = incl - v;  // exclusive prefix of the warp sums
+    }
+    __syncthreads();
+    const int32_t first = running + warp_sums[warp] + inclusive - tiles;
+    for (int32_t i = 0; i < tiles; ++i)
+      list[1 + first + i] = WorkTile{e, begin + (i % m_blocks) * bm, end, i / m_blocks};
+    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) running = first + tiles;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) list[0] = WorkTile{running, 0, 0, 0};
+}
+
+// ---- launch -------------------------------------------------------------------------------
+
+template <int BM, int BN, bool kFp8>
+void launch_config(const Maps& maps, const KernelParams& params, int grid, cudaStream_t stream) {
+  using C = TileConfig<BM, BN, kFp8>;
+  auto* kernel = &grouped_gemm_kernel<C>;
+  // The opt-in shared-memory size is a per-function attribute (once per process is enough,
+  // but it is cheap and stays correct when several devices are used).
+  MODMOE_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(maps.a, maps.b, params);
+  MODMOE_CUDA_CHECK(cudaGetLastError());
+}
+
+void dispatch(const TileEntry& tile, bool fp8, const Maps& maps, const KernelParams& params,
+              int grid, cudaStream_t stream) {
+  const std::string name = tile.name;
+  if (fp8) {
+    if (name == "128x128") return launch_config<128, 128, true>(maps, params, grid, stream);
+    if (name == "64x256") return launch_config<64, 256, true>(maps, params, grid, stream);
+    if (name == "64x128") return launch_config<64, 128, true>(maps, params, grid, stream);
+  } else {
+    if (name == "128x256") return launch_config<128, 256, false>(maps, params, grid, stream);
+    if (name == "128x128") return launch_config<128, 128, false>(maps, params, grid, stream);
+    if (name == "64x256") return launch_config<64, 256, false>(maps, params, grid, stream);
+    if (name == "64x128") return launch_config<64, 128, false>(maps, params, grid, stream);
+  }
+  MODMOE_FAIL() << "moe_gemm (sm90): no kernel for tile " << name;
+}
+
+int device_sm_count() {
+  int device = 0, sms = 0;
+  MODMOE_CUDA_CHECK(cudaGetDevice(&device));
+  MODMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+std::string resolved_tile(const GemmArgs& g) {
+  if (!g.tile.empty()) return g.tile;
+  return choose_tile(g.total_rows, g.n_out(), g.K, g.E, g.gated, g.ab_dtype,
+                     g.d_dtype == DType::fp8_e4m3, g.sm_count > 0 ? g.sm_count : device_sm_count());
+}
+
+}  // namespace
+
+std::vector<std::string> tile_names() {
+#ifdef MODMOE_HAVE_SM90A
+  std::vector<std::string> names;
+  for (const TileEntry& t : kTiles) names.push_back(t.name);
+  return names;
+#else
+  return {};
+#endif
+}
+
+bool available(int device) {
+#ifdef MODMOE_HAVE_SM90A
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E, bool gated,
+                        DType dtype, bool fp8_out, int sm_count) {
+  (void)K;
+  const bool fp8 = dtype == DType::fp8_e4m3;
+  const int64_t N_b = gated ? 2 * N_out : N_out;
+  // Rows a busy expert is expected to own (the counts are on the device).
+  const int64_t busy = std::max<int64_t>(1, std::min(E, total_rows));
+  const int64_t rows_per_expert = ceil_div(std::max<int64_t>(total_rows, 1), busy);
+  const auto tiles_of = [&](int bm, int bn) {
+    return busy * ceil_div(rows_per_expert, bm) * ceil_div(N_b, bn);
+  };
+  // An fp8 gated output needs all 128 columns of a quantization group in one tile.
+  if (fp8_out) return (!fp8 && rows_per_expert > 64) ? "128x256" : "64x256";
+  if (rows_per_expert <= 64) {
+    // Decode-like: weight streaming dominates; more, narrower tiles keep more SMs loading.
+    return tiles_of(64, 256) >= 2 * sm_count ? "64x256" : "64x128";
+  }
+  if (!fp8 && tiles_of(128, 256) >= sm_count) return "128x256";
+  return "128x128";
+}
+
+std::string can_implement(const GemmArgs& g) {
+  std::ostringstream why;
+  const std::string name = resolved_tile(g);
+  const TileEntry* tile = find_tile(name);
+  const bool fp8 = g.ab_dtype == DType::fp8_e4m3;
+  if (!tile) {
+    why << "tile \"" << name << "\" is not one of the Hopper kernel's tiles ("
+        << known_tiles(g.ab_dtype) << ")";
+  } else if (g.ab_dtype != DType::bf16 && !fp8) {
+    why << "a and b must be bf16 or fp8_e4m3, got " << dtype_name(g.ab_dtype);
+  } else if (fp8 ? !tile->fp8 : !tile->bf16) {
+    why << "tile " << name << " is not built for " << dtype_name(g.ab_dtype) << " (tiles: "
+        << known_tiles(g.ab_dtype) << ")";
+  } else if ((g.K * dtype_size(g.ab_dtype)) % 16 != 0 || g.K <= 0) {
+    why << "K * element size must be a positive multiple of 16 bytes (TMA row pitch), got K = "
+        << g.K;
+  } else if (fp8 && g.K % 128 != 0) {
+    why << "K must be a multiple of 128 for fp8 block scales, got " << g.K;
+  } else if (g.total_rows >= (int64_t{1} << 31) || g.E >= (int64_t{1} << 31) ||
+             g.N_b >= (int64_t{1} << 31)) {
+    why << "sizes must fit in int32";
+  } else if ((reinterpret_cast<uintptr_t>(g.a) | reinterpret_cast<uintptr_t>(g.b) |
+              reinterpret_cast<uintptr_t>(g.d)) % 16 != 0) {
+    why << "a, b and out must be 16-byte aligned";
+  } else if (g.gated && g.N_b % 16 != 0) {
+    why << "gated needs b.size(1) to be a multiple of 16, got " << g.N_b;
+  } else if (fp8 && g.gated && g.gated_layout != GatedLayout::Interleaved &&
+             (g.N_b / 2) % 128 != 0) {
+    why << "fp8 gated (GateUp/UpGate) needs N = b.size(1)/2 to be a multiple of 128 (one weight "
+           "scale block per half of a tile), got "
+        << g.N_b / 2;
+  } else if (g.d_dtype == DType::fp8_e4m3 && (!g.gated || tile->bn != 256 || !g.d_scale)) {
+    why << "an fp8 out needs gated, out_scale and a 256-wide tile (64x256 or 128x256), got tile "
+        << name;
+  } else if (g.d_dtype != DType::bf16 && g.d_dtype != DType::fp16 && g.d_dtype != DType::fp32 &&
+             g.d_dtype != DType::fp8_e4m3) {
+    why << "out must be bf16, fp16, fp32 or fp8_e4m3, got " << dtype_name(g.d_dtype);
+  }
+  return why.str();
+}
+
+int64_t tile_list_capacity(const GemmArgs& g) {
+  const TileEntry* tile = find_tile(resolved_tile(g));
+  MODMOE_CHECK(tile != nullptr) << "moe_gemm (sm90): unknown tile " << resolved_tile(g);
+  const int64_t n_blocks = ceil_div(g.gated ? g.N_b / 2 : g.N_b, g.gated ? tile->bn / 2 : tile->bn);
+  return 1 + (ceil_div(g.total_rows, tile->bm) + g.E) * n_blocks;
+}
+
+namespace {
+
+KernelParams make_params(const GemmArgs& g, const TileEntry& tile) {
+  const bool fp8 = g.ab_dtype == DType::fp8_e4m3;
+  KernelParams p{};
+  p.schedule.m_indptr = g.m_indptr;
+  p.schedule.expert_num_tokens = g.expert_num_tokens;
+  p.schedule.batch_rows = static_cast<int32_t>(g.batch_rows);
+  p.schedule.E = static_cast<int32_t>(g.E);
+  p.schedule.n_blocks = static_cast<int32_t>(
+      g.gated ? ceil_div(g.N_b / 2, tile.bn / 2) : ceil_div(g.N_b, tile.bn));
+  p.schedule.tile_list = g.tile_list;
+  p.scheduler = g.scheduler == MoeGemmScheduler::linear_scan   ? kLinearScan
+                : g.scheduler == MoeGemmScheduler::precomputed ? kPrecomputed
+                                                               : kCooperative;
+  p.num_k_blocks = static_cast<int32_t>(ceil_div(g.K, fp8 ? 128 : 64));
+  p.N = static_cast<int32_t>(g.gated ? g.N_b / 2 : g.N_b);
+  p.N_out = static_cast<int32_t>(g.n_out());
+  if (fp8) {
+    const int64_t kb = g.K / 128, nb = ceil_div(g.N_b, 128);
+    p.a_scale = g.a_scale;
+    p.b_scale = g.b_scale;
+    p.b_n_blocks = static_cast<int32_t>(nb);
+    p.b_e_stride = kb * nb;
+    if (g.scales_mn_major) {
+      p.a_row_stride = 1, p.a_k_stride = g.total_rows;
+      p.b_n_stride = 1, p.b_k_stride = nb;
+    } else {
+      p.a_row_stride = kb, p.a_k_stride = 1;
+      p.b_n_stride = kb, p.b_k_stride = 1;
+    }
+  }
+  p.gated = g.gated;
+  p.gate_is_odd = g.gated && g.gated_layout == GatedLayout::UpGate;
+  p.interleaved = g.gated && g.gated_layout == GatedLayout::Interleaved;
+  p.activation = g.activation;
+  p.d = g.d;
+  p.ldd = g.n_out();
+  p.out_kind = g.d_dtype == DType::bf16   ? kOutBf16
+               : g.d_dtype == DType::fp16 ? kOutFp16
+               : g.d_dtype == DType::fp32 ? kOutFp32
+                                          : kOutFp8;
+  p.d_scale = g.d_scale;
+  return p;
+}
+
+}  // namespace
+
+void build_tile_list(const GemmArgs& g, WorkTile* list, cudaStream_t stream) {
+  const TileEntry* tile = find_tile(resolved_tile(g));
+  MODMOE_CHECK(tile != nullptr) << "moe_gemm (sm90): unknown tile " << resolved_tile(g);
+  const KernelParams p = make_params(g, *tile);
+  build_tile_list_kernel<<<1, 1024, 0, stream>>>(p.schedule, tile->bm, list);
+  MODMOE_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch(const GemmArgs& g, cudaStream_t stream, void* scratch) {
+  const std::string reason = can_implement(g);
+  MODMOE_CHECK(reason.empty()) << "moe_gemm_groupwise (sm90 kernel): " << reason;
+  if (g.total_rows == 0 || g.E == 0) return;
+  const TileEntry& tile = *find_tile(resolved_tile(g));
+  GemmArgs args = g;
+  if (args.scheduler == MoeGemmScheduler::precomputed && args.tile_list == nullptr) {
+    MODMOE_CHECK(scratch != nullptr)
+        << "moe_gemm_groupwise (sm90 kernel): the precomputed scheduler needs scratch memory";
+    build_tile_list(args, static_cast<WorkTile*>(scratch), stream);
+    args.tile_list = static_cast<const WorkTile*>(scratch);
+  }
+  const KernelParams params = make_params(args, tile);
+  const Maps maps = make_maps(args, tile);
+  const int grid = args.sm_count > 0 ? args.sm_count : device_sm_count();
+  dispatch(tile, args.ab_dtype == DType::fp8_e4m3, maps, params, grid, stream);
+}
+
+}  // namespace modmoe::cuda::sm90

@@ -1,0 +1,100 @@
+// The Hopper grouped GEMM (sm_90a): persistent, warp-specialized, TMA + wgmma.
+//
+//   D[rows of e] = epilogue(A[rows of e] · B[e]^T)      rows of e = [m_indptr[e], m_indptr[e+1])
+//
+// One CTA per SM. Warp roles (one if/else, registers rebalanced with setmaxnreg):
+//   warpgroup 0: warp 0 = TMA producer (A and B tiles into a multi-stage mbarrier ring),
+//                warp 1 = tile scheduler (finds the CTA's next (expert, row block, column
+//                block) and hands it to the others through a shared-memory ring)
+//   warpgroups 1..: wgmma consumers, 64 rows each; fp8 block scales promoted per 128-wide K
+//                block in registers; the epilogue (act(gate)*up for gated tiles, optional
+//                fp8 group-128 quantization) in registers, stores bounded by the expert's rows.
+// Rows: TMA boxes have a fixed size, so the last row block of an expert also loads up to BM-1
+// rows past the expert's end (the next expert's rows, or zeros past the tensor: never memory
+// outside `a`); those rows' products are discarded: nothing past m_indptr[e+1] is written.
+// The host never reads m_indptr. Gated tiles load B as [8 gate rows][8 up rows] groups (one
+// 5-D tensor map per layout), so a thread's accumulators hold matching gate and up columns.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "modmoe/activation.h"
+#include "modmoe/dtype.h"
+#include "modmoe/moe_gemm.h"
+
+namespace modmoe::cuda::sm90 {
+
+// One work tile as the scheduler hands it out (also the precomputed list's element).
+struct WorkTile {
+  int32_t expert;     // -1: no more work
+  int32_t row_begin;  // first row of the tile
+  int32_t row_end;    // one past the expert's last row (stores stop there)
+  int32_t n_block;    // column block: B rows [n_block * BN, ...) (gated: of each half)
+};
+
+struct GemmArgs {
+  // a (total_rows, K) row-major; b (E, N_b, K) row-major ("K-major" both). bf16 or fp8_e4m3.
+  const void* a = nullptr;
+  int64_t total_rows = 0;
+  const void* b = nullptr;
+  int64_t E = 0, N_b = 0, K = 0;
+  DType ab_dtype = DType::bf16;
+  const int32_t* m_indptr = nullptr;  // (E + 1), device
+  // Batched instead (internal callers): a is (E * batch_rows, K), expert e owns rows
+  // e * batch_rows + [0, expert_num_tokens[e]) (device counts, clamped to batch_rows).
+  const int32_t* expert_num_tokens = nullptr;
+  int64_t batch_rows = 0;
+
+  // fp8 block scales (1x128 for a, 128x128 for b), fp32. K-major: a_scale (rows, K/128),
+  // b_scale (E, ceil(N_b/128), K/128); MN-major: a_scale (K/128, rows), b_scale
+  // (E, K/128, ceil(N_b/128)).
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  bool scales_mn_major = false;
+
+  bool gated = false;
+  GatedLayout gated_layout = GatedLayout::GateUp;
+  Activation activation = Activation::silu;
+
+  void* d = nullptr;  // (total_rows, N_out), ldd = N_out
+  DType d_dtype = DType::bf16;  // bf16, fp16, fp32, or fp8_e4m3 (gated only, with d_scale)
+  float* d_scale = nullptr;     // fp8 d: (total_rows, N_out/128)
+
+  MoeGemmScheduler scheduler = MoeGemmScheduler::cooperative;
+  // Precomputed scheduler: the tile list (built by build_tile_list for the same arguments and
+  // tile). When null, launch() builds one in `scratch`.
+  const WorkTile* tile_list = nullptr;
+  std::string tile;  // "" = choose_tile()
+  int sm_count = 0;  // CTAs of the persistent grid (0: the device's SM count)
+
+  int64_t n_out() const { return gated ? N_b / 2 : N_b; }
+};
+
+// "BMxBN" names of the compiled tiles.
+std::vector<std::string> tile_names();
+
+// The heuristic: a pure function of the sizes (m_indptr is never read).
+std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E, bool gated,
+                        DType dtype, bool fp8_out, int sm_count);
+
+// Why the kernel cannot run these arguments ("" when it can): alignment, dtypes, tile, ...
+std::string can_implement(const GemmArgs& args);
+
+// Whether this build has the kernels and `device` is compute capability 9.0.
+bool available(int device);
+
+// Elements a precomputed tile list needs for these arguments (an upper bound + the end marker).
+int64_t tile_list_capacity(const GemmArgs& args);
+// Writes the tile list (in the order the persistent CTAs take tiles) into `list`.
+void build_tile_list(const GemmArgs& args, WorkTile* list, cudaStream_t stream);
+
+// Launches on `stream` (checks can_implement first and throws modmoe::Error with its reason).
+// `scratch` (tile_list_capacity * sizeof(WorkTile) bytes) is needed only for the precomputed
+// scheduler without a given list.
+void launch(const GemmArgs& args, cudaStream_t stream, void* scratch = nullptr);
+
+}  // namespace modmoe::cuda::sm90

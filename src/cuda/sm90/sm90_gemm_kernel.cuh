@@ -1,0 +1,446 @@
+// The Hopper grouped GEMM kernel (sm_90a); the design is described in sm90_gemm.h.
+//
+// CTA = 3 warpgroups (384 threads):
+//   warpgroup 0  warp 0 lane 0: TMA producer; warp 1: scheduler; 40 registers per thread
+//   warpgroups 1, 2: wgmma consumers, 232 registers per thread. A 128-row tile gives each
+//                consumer 64 rows x BN columns ("split M"); a 64-row tile gives each 64 rows x
+//                BN/2 columns ("split N").
+// Shared memory: kStages x [A tile BM x 128 B | B tile BN x 128 B] (128-byte swizzle, as TMA
+// writes it and wgmma reads it), then the barriers and the work-tile ring (Control).
+// Synchronization: full[s] (TMA bytes landed) / empty[s] (every consumer warp done reading);
+// work_full[w] (scheduler wrote slot w) / work_empty[w] (producer + every consumer warp read it).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/activation_device.cuh"
+#include "cuda/fp8_codec.cuh"
+#include "cuda/sm90/sm90_gemm.h"
+#include "cuda/sm90/sm90_ptx.cuh"
+#include "cuda/sm90/sm90_scheduler.cuh"
+#include "cuda/sm90/sm90_wgmma.cuh"
+
+namespace modmoe::cuda::sm90 {
+
+enum OutKind : int32_t { kOutBf16 = 0, kOutFp16 = 1, kOutFp32 = 2, kOutFp8 = 3 };
+enum SchedulerKind : int32_t { kCooperative = 0, kLinearScan = 1, kPrecomputed = 2 };
+
+struct KernelParams {
+  ScheduleParams schedule;
+  int32_t scheduler;     // SchedulerKind
+  int32_t num_k_blocks;  // ceil(K / BK)
+  int32_t N;             // gated: rows of one half of B (= N_out); plain: N_b
+  int32_t N_out;
+
+  // fp8 block scales: element (row, kb) of a at a_scale[row * a_row_stride + kb * a_k_stride];
+  // block (e, nb, kb) of b at b_scale[e * b_e_stride + nb * b_n_stride + kb * b_k_stride].
+  const float* a_scale;
+  int64_t a_row_stride, a_k_stride;
+  const float* b_scale;
+  int64_t b_e_stride, b_n_stride, b_k_stride;
+  int32_t b_n_blocks;
+
+  int32_t gated;
+  int32_t gate_is_odd;  // gated tiles hold [8 rows of half 0][8 rows of half 1]: 1 when half 1
+                        // is the gate (UpGate)
+  int32_t interleaved;  // Interleaved layout (gate 2j, up 2j + 1)
+  Activation activation;
+
+  void* d;
+  int64_t ldd;
+  int32_t out_kind;  // OutKind
+  float* d_scale;    // fp8 out: (rows, N_out / 128)
+};
+
+constexpr int kSmemLimit = 232448;  // sm_90 per-block opt-in maximum
+constexpr int kControlBytes = 2048;
+constexpr int kWorkSlots = 4;
+
+template <int BM_, int BN_, bool kFp8_>
+struct TileConfig {
+  static constexpr int BM = BM_, BN = BN_;
+  static constexpr bool kFp8 = kFp8_;
+  static constexpr int kConsumers = 2;
+  static constexpr bool kSplitM = BM == 128;
+  static constexpr int kWgN = kSplitM ? BN : BN / 2;  // B rows (columns of D) per consumer
+  static constexpr int kAcc = kWgN / 2;               // fp32 accumulators per thread
+  static constexpr int kGroups = kWgN / 8;            // 8-column groups per consumer
+  static constexpr int kBK = kFp8 ? 128 : 64;         // K elements per stage: 128 bytes
+  static constexpr int kKStep = kFp8 ? 32 : 16;       // K per wgmma instruction
+  static constexpr int kABytes = BM * 128, kBBytes = BN * 128;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kStagesFit = (kSmemLimit - kControlBytes - 1024) / kStageBytes;
+  static constexpr int kStages = kStagesFit < 8 ? kStagesFit : 8;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kSmemBytes = kStages * kStageBytes + kControlBytes + 1024;
+  static_assert(kSplitM || BM == 64, "64- or 128-row tiles");
+  static_assert(kGroups <= 32, "one bit per column group in a 32-bit mask");
+};
+
+struct Control {
+  uint64_t full[8], empty[8];
+  uint64_t work_full[kWorkSlots], work_empty[kWorkSlots];
+  WorkTile work[kWorkSlots];
+  uint32_t row_amax[2][64];  // fp8 out, split N: each consumer's per-row |max| (float bits)
+};
+static_assert(sizeof(Control) <= kControlBytes, "Control must fit its reserved bytes");
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+template <int N, bool kFp8>
+struct Wgmma;
+template <>
+struct Wgmma<256, false> {
+  static __device__ __forceinline__ void run(float (&d)[128], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n256k16_bf16(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<128, false> {
+  static __device__ __forceinline__ void run(float (&d)[64], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n128k16_bf16(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<64, false> {
+  static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n64k16_bf16(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<128, true> {
+  static __device__ __forceinline__ void run(float (&d)[64], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n128k32_e4m3(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<64, true> {
+  static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n64k32_e4m3(d, a, b, acc);
+  }
+};
+
+// ---- producer ---------------------------------------------------------------------------------
+
+template <class C>
+__device__ void produce(const CUtensorMap* map_a, const CUtensorMap* map_b, const KernelParams& p,
+                        uint8_t* tiles, Control& ctl) {
+  prefetch_tensor_map(map_a);
+  prefetch_tensor_map(map_b);
+  int stage = 0, slot = 0;
+  uint32_t phase = 0, slot_phase = 0;
+  while (true) {
+    mbar_wait(&ctl.work_full[slot], slot_phase);
+    const WorkTile t = ctl.work[slot];
+    mbar_arrive(&ctl.work_empty[slot]);
+    if (++slot == kWorkSlots) slot = 0, slot_phase ^= 1;
+    if (t.expert < 0) return;
+    for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+      mbar_wait(&ctl.empty[stage], phase ^ 1);
+      uint8_t* a_tile = tiles + stage * C::kStageBytes;
+      uint8_t* b_tile = a_tile + C::kABytes;
+      uint64_t* full = &ctl.full[stage];
+      mbar_arrive_expect_tx(full, C::kStageBytes);
+      const int k = kb * C::kBK;
+      tma_load_2d(a_tile, map_a, full, k, t.row_begin);
+      if (p.gated) {
+        tma_load_5d(b_tile, map_b, full, k, 0, 0, t.n_block * (C::BN / 16), t.expert);
+      } else {
+        tma_load_3d(b_tile, map_b, full, k, t.n_block * C::BN, t.expert);
+      }
+      if (++stage == C::kStages) stage = 0, phase ^= 1;
+    }
+  }
+}
+
+// ---- scheduler ----------------------------------------------------------------------------------
+
+template <class Finder>
+__device__ void schedule_with(Finder finder, Control& ctl) {
+  const int lane = threadIdx.x % 32;
+  int slot = 0;
+  uint32_t slot_phase = 0;
+  for (int32_t t = blockIdx.x;; t += gridDim.x) {
+    const WorkTile tile = finder.find(t);
+    mbar_wait(&ctl.work_empty[slot], slot_phase ^ 1);
+    if (lane == 0) {
+      ctl.work[slot] = tile;
+      mbar_arrive(&ctl.work_full[slot]);
+    }
+    __syncwarp();
+    if (++slot == kWorkSlots) slot = 0, slot_phase ^= 1;
+    if (tile.expert < 0) return;
+  }
+}
+
+template <int BM>
+__device__ void schedule(const KernelParams& p, Control& ctl) {
+  if (p.scheduler == kLinearScan) {
+    schedule_with(LinearScanFinder<BM>(p.schedule), ctl);
+  } else if (p.scheduler == kPrecomputed) {
+    schedule_with(ListFinder(p.schedule), ctl);
+  } else {
+    schedule_with(CooperativeFinder<BM>(p.schedule), ctl);
+  }
+}
+
+// ---- consumers --------------------------------------------------------------------------------
+
+// Which original B row the first column of 8-column group j of a consumer's tile comes from.
+template <class C>
+__device__ __forceinline__ int32_t group_b_row(const KernelParams& p, int32_t wg_col0, int j) {
+  if (!p.gated) return wg_col0 + 8 * j;
+  const int32_t g = wg_col0 / 16 + j / 2, half = j % 2;  // gated tiles: [8 half-0][8 half-1]
+  return p.interleaved ? 16 * g + half : half * p.N + 8 * g;
+}
+
+template <typename T>
+__device__ __forceinline__ void store_pair(void* d, int64_t offset, float v0, float v1);
+template <>
+__device__ __forceinline__ void store_pair<__nv_bfloat16>(void* d, int64_t offset, float v0,
+                                                          float v1) {
+  *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(d) + offset) =
+      __floats2bfloat162_rn(v0, v1);
+}
+template <>
+__device__ __forceinline__ void store_pair<__half>(void* d, int64_t offset, float v0, float v1) {
+  *reinterpret_cast<__half2*>(static_cast<__half*>(d) + offset) = __floats2half2_rn(v0, v1);
+}
+template <>
+__device__ __forceinline__ void store_pair<float>(void* d, int64_t offset, float v0, float v1) {
+  *reinterpret_cast<float2*>(static_cast<float*>(d) + offset) = make_float2(v0, v1);
+}
+
+// Stores a consumer's results: `v[4 * j + q]` for j < groups (group j = output columns
+// col0 + 8 j + 2 (lane % 4) + {0, 1}; q / 2 picks the row r_lo or r_hi).
+template <typename T, int kGroupsOut, int kAcc>
+__device__ __forceinline__ void store_tile(const KernelParams& p, const float (&v)[kAcc],
+                                           int stride_groups, int32_t col0, int32_t r_lo,
+                                           int32_t row_end) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < kGroupsOut; ++j) {
+    const int32_t col = col0 + 8 * j + 2 * (lane % 4);
+    if (col >= p.N_out) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int32_t row = r_lo + 8 * h;
+      const int i = 4 * j * stride_groups + 2 * h;
+      if (row < row_end) store_pair<T>(p.d, row * p.ldd + col, v[i], v[i + 1]);
+    }
+  }
+}
+
+template <class C>
+__device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int wg) {
+  const int tid = threadIdx.x % 128, lane = tid % 32, warp = tid / 32;
+  float acc[C::kAcc];
+  float part[C::kFp8 ? C::kAcc : 1];  // fp8: one K block's product before its scales
+  const int a_offset = C::kSplitM ? wg * 64 * 128 : 0;
+  const int b_offset = C::kSplitM ? 0 : wg * C::kWgN * 128;
+  int stage = 0, slot = 0;
+  uint32_t phase = 0, slot_phase = 0;
+  while (true) {
+    mbar_wait(&ctl.work_full[slot], slot_phase);
+    const WorkTile t = ctl.work[slot];
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&ctl.work_empty[slot]);
+    if (++slot == kWorkSlots) slot = 0, slot_phase ^= 1;
+    if (t.expert < 0) return;
+
+    const int32_t r_lo = t.row_begin + (C::kSplitM ? wg * 64 : 0) + warp * 16 + lane / 4;
+    const int32_t wg_col0 = t.n_block * C::BN + (C::kSplitM ? 0 : wg * C::kWgN);  // tile row of B
+
+    // fp8: the (at most two) weight-scale blocks this consumer's columns fall in, and which of
+    // the two each 8-column group uses.
+    int32_t blk0 = 0, blk1 = 0;
+    uint32_t use_blk1 = 0;
+    if constexpr (C::kFp8) {
+      blk0 = group_b_row<C>(p, wg_col0, 0) / 128;
+      blk1 = blk0;
+#pragma unroll
+      for (int j = 0; j < C::kGroups; ++j) {
+        const int32_t blk = group_b_row<C>(p, wg_col0, j) / 128;
+        if (blk != blk0) {
+          blk1 = blk;
+          use_blk1 |= 1u << j;
+        }
+      }
+      blk0 = min(blk0, p.b_n_blocks - 1);
+      blk1 = min(blk1, p.b_n_blocks - 1);
+#pragma unroll
+      for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.0f;
+    }
+    const float* b_scale_e = C::kFp8 ? p.b_scale + t.expert * p.b_e_stride : nullptr;
+
+    for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+      float sa_lo = 0.0f, sa_hi = 0.0f, sb0 = 0.0f, sb1 = 0.0f;
+      if constexpr (C::kFp8) {  // issued before the wait: their latency hides behind it
+        if (r_lo < t.row_end) sa_lo = __ldg(p.a_scale + r_lo * p.a_row_stride + kb * p.a_k_stride);
+        if (r_lo + 8 < t.row_end)
+          sa_hi = __ldg(p.a_scale + (r_lo + 8) * p.a_row_stride + kb * p.a_k_stride);
+        sb0 = __ldg(b_scale_e + blk0 * p.b_n_stride + kb * p.b_k_stride);
+        sb1 = __ldg(b_scale_e + blk1 * p.b_n_stride + kb * p.b_k_stride);
+      }
+      mbar_wait(&ctl.full[stage], phase);
+      uint8_t* a_tile = tiles + stage * C::kStageBytes;
+      const uint64_t desc_a = kmajor_sw128_desc(a_tile + a_offset);
+      const uint64_t desc_b = kmajor_sw128_desc(a_tile + C::kABytes + b_offset);
+      wgmma_fence();
+#pragma unroll
+      for (int s = 0; s < C::kBK / C::kKStep; ++s) {
+        // 32 bytes of K per instruction = 2 units of the descriptor's 16-byte address field.
+        if constexpr (C::kFp8) {
+          Wgmma<C::kWgN, true>::run(part, desc_a + 2 * s, desc_b + 2 * s, s > 0);
+        } else {
+          Wgmma<C::kWgN, false>::run(acc, desc_a + 2 * s, desc_b + 2 * s, kb > 0 || s > 0);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      if constexpr (C::kFp8) {
+        fence_accumulators(part);
+      } else {
+        fence_accumulators(acc);
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&ctl.empty[stage]);
+      if (++stage == C::kStages) stage = 0, phase ^= 1;
+      if constexpr (C::kFp8) {
+        const float s00 = sa_lo * sb0, s01 = sa_lo * sb1, s10 = sa_hi * sb0, s11 = sa_hi * sb1;
+#pragma unroll
+        for (int j = 0; j < C::kGroups; ++j) {
+          const bool second = (use_blk1 >> j) & 1u;
+          const float lo = second ? s01 : s00, hi = second ? s11 : s10;
+          acc[4 * j + 0] += part[4 * j + 0] * lo;
+          acc[4 * j + 1] += part[4 * j + 1] * lo;
+          acc[4 * j + 2] += part[4 * j + 2] * hi;
+          acc[4 * j + 3] += part[4 * j + 3] * hi;
+        }
+      }
+    }
+
+    // ---- epilogue ----
+    if (!p.gated) {
+      switch (p.out_kind) {
+        case kOutBf16: store_tile<__nv_bfloat16, C::kGroups>(p, acc, 1, wg_col0, r_lo, t.row_end); break;
+        case kOutFp16: store_tile<__half, C::kGroups>(p, acc, 1, wg_col0, r_lo, t.row_end); break;
+        default: store_tile<float, C::kGroups>(p, acc, 1, wg_col0, r_lo, t.row_end); break;
+      }
+      continue;
+    }
+    // Gated: groups 2g and 2g + 1 are the same 8 output columns of the two halves. The result
+    // goes into the even group's registers.
+    uint32_t amax_lo = 0, amax_hi = 0;
+#pragma unroll
+    for (int g = 0; g < C::kGroups / 2; ++g) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float h0 = acc[4 * (2 * g) + q], h1 = acc[4 * (2 * g + 1) + q];
+        const float v = gated_function(p.activation, p.gate_is_odd ? h1 : h0,
+                                       p.gate_is_odd ? h0 : h1);
+        acc[4 * (2 * g) + q] = v;
+        if (q < 2) {
+          amax_lo = max(amax_lo, abs_bits(v));
+        } else {
+          amax_hi = max(amax_hi, abs_bits(v));
+        }
+      }
+    }
+    const int32_t out_col0 = wg_col0 / 2;
+    if (p.out_kind != kOutFp8) {
+      switch (p.out_kind) {
+        case kOutBf16: store_tile<__nv_bfloat16, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end); break;
+        case kOutFp16: store_tile<__half, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end); break;
+        default: store_tile<float, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end); break;
+      }
+      continue;
+    }
+    // fp8 out: the tile's 128 output columns are one quantization group per row. A row's
+    // values sit in the 4 lanes of a quad (and, split N, in both consumers).
+#pragma unroll
+    for (int offset = 1; offset < 4; offset *= 2) {
+      amax_lo = max(amax_lo, __shfl_xor_sync(0xffffffffu, amax_lo, offset));
+      amax_hi = max(amax_hi, __shfl_xor_sync(0xffffffffu, amax_hi, offset));
+    }
+    if constexpr (!C::kSplitM) {
+      const int row_in_tile = warp * 16 + lane / 4;
+      if (lane % 4 == 0) {
+        ctl.row_amax[wg][row_in_tile] = amax_lo;
+        ctl.row_amax[wg][row_in_tile + 8] = amax_hi;
+      }
+      named_barrier_sync(1, 128 * C::kConsumers);
+      amax_lo = max(ctl.row_amax[0][row_in_tile], ctl.row_amax[1][row_in_tile]);
+      amax_hi = max(ctl.row_amax[0][row_in_tile + 8], ctl.row_amax[1][row_in_tile + 8]);
+      named_barrier_sync(1, 128 * C::kConsumers);  // before the next tile overwrites row_amax
+    }
+    const float scale_lo = fp8_scale_for_amax(__uint_as_float(amax_lo));
+    const float scale_hi = fp8_scale_for_amax(__uint_as_float(amax_hi));
+    const int32_t scale_cols = p.N_out / 128;
+    if (lane % 4 == 0 && (C::kSplitM || wg == 0)) {
+      if (r_lo < t.row_end) p.d_scale[r_lo * scale_cols + out_col0 / 128] = scale_lo;
+      if (r_lo + 8 < t.row_end) p.d_scale[(r_lo + 8) * scale_cols + out_col0 / 128] = scale_hi;
+    }
+    uint8_t* d8 = static_cast<uint8_t*>(p.d);
+#pragma unroll
+    for (int g = 0; g < C::kGroups / 2; ++g) {
+      const int32_t col = out_col0 + 8 * g + 2 * (lane % 4);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int32_t row = r_lo + 8 * h;
+        const int i = 4 * (2 * g) + 2 * h;
+        if (row < t.row_end && col < p.N_out) {
+          const uint32_t codes = e4m3_pair(acc[i], acc[i + 1], h ? scale_hi : scale_lo);
+          *reinterpret_cast<uint16_t*>(d8 + row * p.ldd + col) = static_cast<uint16_t>(codes);
+        }
+      }
+    }
+  }
+}
+
+#endif  // sm_90a
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
+                        const __grid_constant__ CUtensorMap map_b, const KernelParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  // TMA's 128-byte swizzle and the wgmma descriptors want 1024-byte aligned tiles.
+  uint8_t* tiles = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  Control& ctl = *reinterpret_cast<Control*>(tiles + C::kStages * C::kStageBytes);
+  const int warp = threadIdx.x / 32;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      mbar_init(&ctl.full[s], 1);
+      mbar_init(&ctl.empty[s], 4 * C::kConsumers);
+    }
+    for (int w = 0; w < kWorkSlots; ++w) {
+      mbar_init(&ctl.work_full[w], 1);
+      mbar_init(&ctl.work_empty[w], 1 + 4 * C::kConsumers);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp < 4) {
+    setmaxnreg_decrease<40>();
+    if (warp == 0) {
+      if (threadIdx.x == 0) produce<C>(&map_a, &map_b, p, tiles, ctl);
+    } else if (warp == 1) {
+      schedule<C::BM>(p, ctl);
+    }
+  } else {
+    setmaxnreg_increase<232>();
+    consume<C>(p, tiles, ctl, warp / 4 - 1);
+  }
+#endif
+}
+
+}  // namespace modmoe::cuda::sm90

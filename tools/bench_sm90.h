@@ -1,0 +1,33 @@
+// `modmoe-bench --gemm`: the Hopper grouped GEMM (src/cuda/sm90/) on its own, on GPU 0.
+//
+//   1. the ceilings (streaming-read GB/s, dense cuBLAS bf16 / fp8 TFLOP/s), measured first;
+//   2. fused gated FC1 (act(gate)*up in the epilogue) against the same kernel ungated + the
+//      activation kernel, and the portable kernel as a reference, for three FC1 shapes x rows
+//      per expert x {bf16, fp8 block}; plus the fp8-out fused variant for fp8 inputs;
+//   3. the MoE scheduler at decode: cooperative and linear scan against the same kernel reading
+//      a precomputed tile list built once outside the timed graph (the ideal);
+//   4. GEMM-only roofline numbers: TFLOP/s against the dense ceiling, weight GB/s against the
+//      read ceiling.
+// Every timed variant is first run once and compared with the portable kernel's output.
+// docs/gpu.md ("--gemm") describes the tables and the JSON.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace modmoe::bench {
+
+struct GemmBenchOptions {
+  bool quick = false;    // one shape, rows per expert {1, 128}, decode tokens {1, 16}
+  int replays = 30;      // timed graph replays per variant (median reported); >= 20 to record
+  bool flush_l2 = true;  // evict the L2 before every timed replay
+  uint64_t seed = 1;
+  std::string json_path;  // empty: no JSON file
+};
+
+// Runs the whole GEMM benchmark and prints its tables last. Returns 0 when every case ran and
+// matched the portable kernel (or when the Hopper kernel is not available here: it says so and
+// skips), 1 otherwise. The performance targets are reported, never failed.
+int run_gemm_bench(const GemmBenchOptions& options);
+
+}  // namespace modmoe::bench
