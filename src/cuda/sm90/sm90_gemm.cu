@@ -29,6 +29,7 @@ constexpr TileEntry kTiles[] = {
     {"128x128", 128, 128, true, true},
     {"64x256", 64, 256, true, true},
     {"64x128", 64, 128, true, true},
+    {"64x64", 64, 64, true, true},
 };
 
 const TileEntry* find_tile(const std::string& name) {
@@ -180,11 +181,13 @@ void dispatch(const TileEntry& tile, bool fp8, const Maps& maps, const KernelPar
     if (name == "128x128") return launch_config<128, 128, true>(maps, params, grid, stream);
     if (name == "64x256") return launch_config<64, 256, true>(maps, params, grid, stream);
     if (name == "64x128") return launch_config<64, 128, true>(maps, params, grid, stream);
+    if (name == "64x64") return launch_config<64, 64, true>(maps, params, grid, stream);
   } else {
     if (name == "128x256") return launch_config<128, 256, false>(maps, params, grid, stream);
     if (name == "128x128") return launch_config<128, 128, false>(maps, params, grid, stream);
     if (name == "64x256") return launch_config<64, 256, false>(maps, params, grid, stream);
     if (name == "64x128") return launch_config<64, 128, false>(maps, params, grid, stream);
+    if (name == "64x64") return launch_config<64, 64, false>(maps, params, grid, stream);
   }
   MODMOE_FAIL() << "moe_gemm (sm90): no kernel for tile " << name;
 }
@@ -241,8 +244,9 @@ std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E,
   // An fp8 gated output needs all 128 columns of a quantization group in one tile.
   if (fp8_out) return (!fp8 && rows_per_expert > 64) ? "128x256" : "64x256";
   if (rows_per_expert <= 64) {
-    // Decode-like: weight streaming dominates; more, narrower tiles keep more SMs loading.
-    return tiles_of(64, 256) >= 2 * sm_count ? "64x256" : "64x128";
+    // Decode-like: weight streaming dominates; narrower tiles until every SM has one.
+    if (tiles_of(64, 256) >= 2 * sm_count) return "64x256";
+    return tiles_of(64, 128) >= sm_count ? "64x128" : "64x64";
   }
   if (!fp8 && tiles_of(128, 256) >= sm_count) return "128x256";
   return "128x128";

@@ -57,8 +57,12 @@ struct KernelParams {
 };
 
 constexpr int kSmemLimit = 232448;  // sm_90 per-block opt-in maximum
-constexpr int kControlBytes = 2048;
 constexpr int kWorkSlots = 4;
+// The scheduler warp copies m_indptr (or the batched counts) into shared memory once per CTA
+// when it fits: its windows then cost a shared-memory read instead of a global-memory round
+// trip each (decode with E = 256 walks 8 windows).
+constexpr int kIndptrCache = 1025;
+constexpr int kControlBytes = 2048 + 4 * kIndptrCache + 28;
 
 template <int BM_, int BN_, bool kFp8_>
 struct TileConfig {
@@ -86,6 +90,7 @@ struct Control {
   uint64_t work_full[kWorkSlots], work_empty[kWorkSlots];
   WorkTile work[kWorkSlots];
   uint32_t row_amax[2][64];  // fp8 out, split N: each consumer's per-row |max| (float bits)
+  int32_t indptr_cache[kIndptrCache];
 };
 static_assert(sizeof(Control) <= kControlBytes, "Control must fit its reserved bytes");
 
@@ -109,6 +114,18 @@ template <>
 struct Wgmma<64, false> {
   static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b, bool acc) {
     wgmma_m64n64k16_bf16(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<32, false> {
+  static __device__ __forceinline__ void run(float (&d)[16], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n32k16_bf16(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<32, true> {
+  static __device__ __forceinline__ void run(float (&d)[16], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n32k32_e4m3(d, a, b, acc);
   }
 };
 template <>
@@ -179,12 +196,20 @@ __device__ void schedule_with(Finder finder, Control& ctl) {
 
 template <int BM>
 __device__ void schedule(const KernelParams& p, Control& ctl) {
+  if (p.scheduler == kPrecomputed) return schedule_with(ListFinder(p.schedule), ctl);
+  ScheduleParams sp = p.schedule;
+  const bool batched = sp.expert_num_tokens != nullptr;
+  const int32_t n = batched ? sp.E : sp.E + 1;
+  if (n <= kIndptrCache) {
+    const int32_t* src = batched ? sp.expert_num_tokens : sp.m_indptr;
+    for (int32_t i = threadIdx.x % 32; i < n; i += 32) ctl.indptr_cache[i] = src[i];
+    __syncwarp();
+    (batched ? sp.expert_num_tokens : sp.m_indptr) = ctl.indptr_cache;
+  }
   if (p.scheduler == kLinearScan) {
-    schedule_with(LinearScanFinder<BM>(p.schedule), ctl);
-  } else if (p.scheduler == kPrecomputed) {
-    schedule_with(ListFinder(p.schedule), ctl);
+    schedule_with(LinearScanFinder<BM>(sp), ctl);
   } else {
-    schedule_with(CooperativeFinder<BM>(p.schedule), ctl);
+    schedule_with(CooperativeFinder<BM>(sp), ctl);
   }
 }
 
@@ -235,6 +260,82 @@ __device__ __forceinline__ void store_tile(const KernelParams& p, const float (&
   }
 }
 
+// The gated epilogue of one consumer's tile, for one activation (a compile-time choice keeps
+// the unrolled loop to that activation's code: a runtime switch inlined per element made the
+// 128x256 epilogue tens of thousands of instructions long).
+template <class C, Activation kAct>
+__device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&acc)[C::kAcc],
+                                               Control& ctl, const WorkTile& t, int wg,
+                                               int32_t wg_col0, int32_t r_lo) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  // Gated: groups 2g and 2g + 1 are the same 8 output columns of the two halves. The result
+  // goes into the even group's registers.
+  uint32_t amax_lo = 0, amax_hi = 0;
+#pragma unroll
+  for (int g = 0; g < C::kGroups / 2; ++g) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float h0 = acc[4 * (2 * g) + q], h1 = acc[4 * (2 * g + 1) + q];
+      const float v = gated_function(kAct, p.gate_is_odd ? h1 : h0,
+                                     p.gate_is_odd ? h0 : h1);
+      acc[4 * (2 * g) + q] = v;
+      if (q < 2) {
+        amax_lo = max(amax_lo, abs_bits(v));
+      } else {
+        amax_hi = max(amax_hi, abs_bits(v));
+      }
+    }
+  }
+  const int32_t out_col0 = wg_col0 / 2;
+  if (p.out_kind != kOutFp8) {
+    switch (p.out_kind) {
+      case kOutBf16: store_tile<__nv_bfloat16, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end); break;
+      case kOutFp16: store_tile<__half, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end); break;
+      default: store_tile<float, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end); break;
+    }
+    return;
+  }
+  // fp8 out: the tile's 128 output columns are one quantization group per row. A row's
+  // values sit in the 4 lanes of a quad (and, split N, in both consumers).
+#pragma unroll
+  for (int offset = 1; offset < 4; offset *= 2) {
+    amax_lo = max(amax_lo, __shfl_xor_sync(0xffffffffu, amax_lo, offset));
+    amax_hi = max(amax_hi, __shfl_xor_sync(0xffffffffu, amax_hi, offset));
+  }
+  if constexpr (!C::kSplitM) {
+    const int row_in_tile = warp * 16 + lane / 4;
+    if (lane % 4 == 0) {
+      ctl.row_amax[wg][row_in_tile] = amax_lo;
+      ctl.row_amax[wg][row_in_tile + 8] = amax_hi;
+    }
+    named_barrier_sync(1, 128 * C::kConsumers);
+    amax_lo = max(ctl.row_amax[0][row_in_tile], ctl.row_amax[1][row_in_tile]);
+    amax_hi = max(ctl.row_amax[0][row_in_tile + 8], ctl.row_amax[1][row_in_tile + 8]);
+    named_barrier_sync(1, 128 * C::kConsumers);  // before the next tile overwrites row_amax
+  }
+  const float scale_lo = fp8_scale_for_amax(__uint_as_float(amax_lo));
+  const float scale_hi = fp8_scale_for_amax(__uint_as_float(amax_hi));
+  const int32_t scale_cols = p.N_out / 128;
+  if (lane % 4 == 0 && (C::kSplitM || wg == 0)) {
+    if (r_lo < t.row_end) p.d_scale[r_lo * scale_cols + out_col0 / 128] = scale_lo;
+    if (r_lo + 8 < t.row_end) p.d_scale[(r_lo + 8) * scale_cols + out_col0 / 128] = scale_hi;
+  }
+  uint8_t* d8 = static_cast<uint8_t*>(p.d);
+#pragma unroll
+  for (int g = 0; g < C::kGroups / 2; ++g) {
+    const int32_t col = out_col0 + 8 * g + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int32_t row = r_lo + 8 * h;
+      const int i = 4 * (2 * g) + 2 * h;
+      if (row < t.row_end && col < p.N_out) {
+        const uint32_t codes = e4m3_pair(acc[i], acc[i + 1], h ? scale_hi : scale_lo);
+        *reinterpret_cast<uint16_t*>(d8 + row * p.ldd + col) = static_cast<uint16_t>(codes);
+      }
+    }
+  }
+}
+
 template <class C>
 __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int wg) {
   const int tid = threadIdx.x % 128, lane = tid % 32, warp = tid / 32;
@@ -277,6 +378,7 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
     }
     const float* b_scale_e = C::kFp8 ? p.b_scale + t.expert * p.b_e_stride : nullptr;
 
+    int previous_stage = -1;  // bf16: the stage whose MMAs may still be running
     for (int kb = 0; kb < p.num_k_blocks; ++kb) {
       float sa_lo = 0.0f, sa_hi = 0.0f, sb0 = 0.0f, sb1 = 0.0f;
       if constexpr (C::kFp8) {  // issued before the wait: their latency hides behind it
@@ -301,14 +403,20 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
         }
       }
       wgmma_commit();
-      wgmma_wait<0>();
       if constexpr (C::kFp8) {
+        // The scales apply to this K block's product alone: wait for it.
+        wgmma_wait<0>();
         fence_accumulators(part);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&ctl.empty[stage]);
       } else {
+        // Keep one K block in flight: the previous block's stage is free once its MMAs are.
+        wgmma_wait<1>();
         fence_accumulators(acc);
+        __syncwarp();
+        if (lane == 0 && previous_stage >= 0) mbar_arrive(&ctl.empty[previous_stage]);
+        previous_stage = stage;
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&ctl.empty[stage]);
       if (++stage == C::kStages) stage = 0, phase ^= 1;
       if constexpr (C::kFp8) {
         const float s00 = sa_lo * sb0, s01 = sa_lo * sb1, s10 = sa_hi * sb0, s11 = sa_hi * sb1;
@@ -324,6 +432,13 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
       }
     }
 
+    if constexpr (!C::kFp8) {
+      wgmma_wait<0>();
+      fence_accumulators(acc);
+      __syncwarp();
+      if (lane == 0 && previous_stage >= 0) mbar_arrive(&ctl.empty[previous_stage]);
+    }
+
     // ---- epilogue ----
     if (!p.gated) {
       switch (p.out_kind) {
@@ -333,71 +448,11 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
       }
       continue;
     }
-    // Gated: groups 2g and 2g + 1 are the same 8 output columns of the two halves. The result
-    // goes into the even group's registers.
-    uint32_t amax_lo = 0, amax_hi = 0;
-#pragma unroll
-    for (int g = 0; g < C::kGroups / 2; ++g) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float h0 = acc[4 * (2 * g) + q], h1 = acc[4 * (2 * g + 1) + q];
-        const float v = gated_function(p.activation, p.gate_is_odd ? h1 : h0,
-                                       p.gate_is_odd ? h0 : h1);
-        acc[4 * (2 * g) + q] = v;
-        if (q < 2) {
-          amax_lo = max(amax_lo, abs_bits(v));
-        } else {
-          amax_hi = max(amax_hi, abs_bits(v));
-        }
-      }
-    }
-    const int32_t out_col0 = wg_col0 / 2;
-    if (p.out_kind != kOutFp8) {
-      switch (p.out_kind) {
-        case kOutBf16: store_tile<__nv_bfloat16, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end); break;
-        case kOutFp16: store_tile<__half, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end); break;
-        default: store_tile<float, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end); break;
-      }
-      continue;
-    }
-    // fp8 out: the tile's 128 output columns are one quantization group per row. A row's
-    // values sit in the 4 lanes of a quad (and, split N, in both consumers).
-#pragma unroll
-    for (int offset = 1; offset < 4; offset *= 2) {
-      amax_lo = max(amax_lo, __shfl_xor_sync(0xffffffffu, amax_lo, offset));
-      amax_hi = max(amax_hi, __shfl_xor_sync(0xffffffffu, amax_hi, offset));
-    }
-    if constexpr (!C::kSplitM) {
-      const int row_in_tile = warp * 16 + lane / 4;
-      if (lane % 4 == 0) {
-        ctl.row_amax[wg][row_in_tile] = amax_lo;
-        ctl.row_amax[wg][row_in_tile + 8] = amax_hi;
-      }
-      named_barrier_sync(1, 128 * C::kConsumers);
-      amax_lo = max(ctl.row_amax[0][row_in_tile], ctl.row_amax[1][row_in_tile]);
-      amax_hi = max(ctl.row_amax[0][row_in_tile + 8], ctl.row_amax[1][row_in_tile + 8]);
-      named_barrier_sync(1, 128 * C::kConsumers);  // before the next tile overwrites row_amax
-    }
-    const float scale_lo = fp8_scale_for_amax(__uint_as_float(amax_lo));
-    const float scale_hi = fp8_scale_for_amax(__uint_as_float(amax_hi));
-    const int32_t scale_cols = p.N_out / 128;
-    if (lane % 4 == 0 && (C::kSplitM || wg == 0)) {
-      if (r_lo < t.row_end) p.d_scale[r_lo * scale_cols + out_col0 / 128] = scale_lo;
-      if (r_lo + 8 < t.row_end) p.d_scale[(r_lo + 8) * scale_cols + out_col0 / 128] = scale_hi;
-    }
-    uint8_t* d8 = static_cast<uint8_t*>(p.d);
-#pragma unroll
-    for (int g = 0; g < C::kGroups / 2; ++g) {
-      const int32_t col = out_col0 + 8 * g + 2 * (lane % 4);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int32_t row = r_lo + 8 * h;
-        const int i = 4 * (2 * g) + 2 * h;
-        if (row < t.row_end && col < p.N_out) {
-          const uint32_t codes = e4m3_pair(acc[i], acc[i + 1], h ? scale_hi : scale_lo);
-          *reinterpret_cast<uint16_t*>(d8 + row * p.ldd + col) = static_cast<uint16_t>(codes);
-        }
-      }
+    switch (p.activation) {
+      case Activation::gelu: gated_epilogue<C, Activation::gelu>(p, acc, ctl, t, wg, wg_col0, r_lo); break;
+      case Activation::gelu_tanh: gated_epilogue<C, Activation::gelu_tanh>(p, acc, ctl, t, wg, wg_col0, r_lo); break;
+      case Activation::swigluoai: gated_epilogue<C, Activation::swigluoai>(p, acc, ctl, t, wg, wg_col0, r_lo); break;
+      default: gated_epilogue<C, Activation::silu>(p, acc, ctl, t, wg, wg_col0, r_lo); break;
     }
   }
 }
