@@ -46,7 +46,17 @@ def main():
         for n in ns:
             parts.append(wrapper(suffix, ptx_type, k, n))
             parts.append("\n")
-    parts.append("#endif  // sm_90a\n\n}  // namespace modmoe::cuda::sm90\n")
+    # Wgmma<N, kFp8>::run: the wrapper by (N, dtype), for templated callers.
+    parts.append("template <int N, bool kFp8>\nstruct Wgmma;\n")
+    for suffix, ptx_type, k, ns in SHAPES:
+        for n in ns:
+            fp8 = "true" if suffix == "e4m3" else "false"
+            parts.append(
+                f"template <>\nstruct Wgmma<{n}, {fp8}> {{\n"
+                f"  static __device__ __forceinline__ void run(float (&d)[{n // 2}], uint64_t a, "
+                f"uint64_t b, bool acc) {{\n"
+                f"    wgmma_m64n{n}k{k}_{suffix}(d, a, b, acc);\n  }}\n}};\n")
+    parts.append("\n#endif  // sm_90a\n\n}  // namespace modmoe::cuda::sm90\n")
     with open(path, "w") as f:
         f.write("".join(parts))
     print("wrote", path)

@@ -45,6 +45,8 @@ __all__ = [
     "has_cuda_backend",
     "list_parts",
     "moe_gemm_groupwise",
+    "moe_gemm_sm90_available",
+    "moe_gemm_sm90_tiles",
     "quantize_fp8",
     "quantize_weights",
     "select_experts",
@@ -771,6 +773,38 @@ def dequantize_fp8(
     return out
 
 
+_MOE_GEMM_KERNELS = ("automatic", "portable", "sm90")
+_MOE_GEMM_SCHEDULERS = ("cooperative", "linear_scan", "precomputed")
+_MOE_GEMM_SCALE_MAJOR_MODES = ("K", "MN")
+_MOE_GEMM_OUT_DTYPES = ("bf16", "fp16", "fp32", "fp8_e4m3")
+
+
+def _one_of(fn: str, arg: str, value: Any, allowed: Tuple[str, ...]) -> str:
+    """value, a str that must be one of allowed; ValueError listing them otherwise."""
+    value = _str(fn, arg, value)
+    if value not in allowed:
+        choices = ", ".join(repr(v) for v in allowed)
+        raise ValueError(f"{fn}: {arg} must be one of {choices}, got {value!r}")
+    return value
+
+
+def moe_gemm_sm90_tiles() -> list:
+    """The Hopper kernel's tile shapes, "BMxBN" (rows of ``a`` x rows of ``b`` per CTA tile;
+    gated tiles hold BN/2 gate and BN/2 up rows): the values ``moe_gemm_groupwise(tile=...)``
+    takes besides "". Empty in a build without the sm_90a kernels (e.g. a CPU-only build)."""
+    return [str(t) for t in _core.moe_gemm_sm90_tiles()]
+
+
+def moe_gemm_sm90_available(device: Any = "cuda") -> bool:
+    """Whether ``device`` ("cpu", "cuda", "cuda:N" or a torch.device) can run the Hopper
+    kernel of ``moe_gemm_groupwise``: a CUDA device of compute capability 9.0 and a build with
+    the sm_90a kernels. False on the CPU, in a build without the CUDA backend, and without a
+    device."""
+    fn = "moe_gemm_sm90_available"
+    device_type, index = _parse_device(fn, device)
+    return bool(_core.moe_gemm_sm90_available(device_type, index))
+
+
 def moe_gemm_groupwise(
     a: Any,
     b: Any,
@@ -783,34 +817,83 @@ def moe_gemm_groupwise(
     activation: str = "silu",
     scale_major_mode: str = "K",
     out: Any = None,
-    out_dtype: str = "bf16",
+    out_dtype: Any = "bf16",
+    out_scale: Any = None,
+    kernel: str = "automatic",
+    scheduler: str = "cooperative",
+    tile: str = "",
     stream: Any = None,
 ) -> Any:
     """Grouped GEMM over experts: out[rows of e] = a[rows of e] @ b[e].T.
 
-    a (total_rows, K) and b (E, N_b, K), both bf16 or both fp8 e4m3 (uint8 bytes, ml_dtypes or
-    torch float8) with fp32 block scales a_scale (total_rows, K/128) and b_scale
-    (E, ceil(N_b/128), K/128) (``scale_major_mode`` "K"; "MN" is not supported yet).
+    Inputs: a (total_rows, K) and b (E, N_b, K), both bf16, or both fp8 e4m3 (uint8 bytes,
+    ml_dtypes or torch float8) with fp32 block scales of granularity (1, 128, 128) (K a
+    multiple of 128), laid out by ``scale_major_mode``:
+
+    - "K" (default): a_scale (total_rows, K/128), b_scale (E, ceil(N_b/128), K/128);
+    - "MN": the transposes, a_scale (K/128, total_rows), b_scale (E, K/128, ceil(N_b/128)).
+
     m_indptr (E+1) int32 on the same device: expert e owns rows [m_indptr[e], m_indptr[e+1]);
     experts may be empty and rows outside every expert are left untouched. With ``gated``
     (FlashInfer's is_gated) N_out = N_b / 2 and out = act(gate) * up, the halves of b's rows
     ordered by ``gated_layout`` ("gate_up", "up_gate" (FlashInfer), "interleaved"); otherwise
-    N_out = N_b. N_out must be a multiple of 16, K a multiple of 128 for fp8. out (total_rows,
-    N_out) in ``out_dtype`` (bf16, fp16, fp32) is allocated like ``a`` unless given.
+    N_out = N_b. N_out must be a multiple of 16.
+
+    Output: out (total_rows, N_out) in ``out_dtype`` ("bf16", "fp16", "fp32", or "fp8_e4m3";
+    numpy/torch dtypes work too), allocated like ``a`` unless given; returns out. An fp8 out
+    (gated only, N_out a multiple of 128) is act(gate) * up quantized per row and 128 columns,
+    the fp8-block operand GEMM2 takes: out fp8 e4m3 (total_rows, N_out) (uint8 bytes for numpy,
+    also ml_dtypes or torch float8_e4m3fn; a uint8 ``out`` means fp8) with ``out_scale`` fp32
+    (total_rows, N_out/128), allocated like ``a`` unless given; then returns (out, out_scale).
+
+    CUDA options (on the CPU ``kernel`` must be "automatic"; scheduler and tile are ignored):
+
+    - ``kernel``: "automatic" (the Hopper kernel when ``moe_gemm_sm90_available()`` and the
+      arguments allow it, the portable one otherwise), "portable" (mma.sync, sm80+; fp8 from
+      sm89) or "sm90" (the Hopper kernel, an error where it cannot run). "MN" scales and an fp8
+      out need the Hopper kernel.
+    - ``scheduler`` (Hopper kernel): "cooperative", "linear_scan" or "precomputed".
+    - ``tile`` (Hopper kernel): "" (the heuristic) or one of ``moe_gemm_sm90_tiles()`` (checked
+      on every backend: a build without Hopper tiles takes only "").
+
+    Unknown names raise ValueError listing the allowed values; the rest of the contract and its
+    messages are those of the C++ ``modmoe::moe_gemm_groupwise`` (include/modmoe/moe_gemm.h).
     """
     fn = "moe_gemm_groupwise"
     a_shape = _require_ndim(fn, "a", a, 2, "(total_rows, K)")
     b_shape = _require_ndim(fn, "b", b, 3, "(E, N_b, K)")
+    scale_major_mode = _one_of(fn, "scale_major_mode", scale_major_mode,
+                               _MOE_GEMM_SCALE_MAJOR_MODES)  # fmt: skip
+    kernel = _one_of(fn, "kernel", kernel, _MOE_GEMM_KERNELS)
+    scheduler = _one_of(fn, "scheduler", scheduler, _MOE_GEMM_SCHEDULERS)
+    tile = _str(fn, "tile", tile)
+    if tile:
+        tiles = moe_gemm_sm90_tiles()
+        if tile not in tiles:
+            allowed = ", ".join(repr(t) for t in [""] + tiles)
+            if not tiles:
+                allowed += " (this build has no Hopper kernel tiles)"
+            raise ValueError(f"{fn}: tile must be one of {allowed}, got {tile!r}")
     n_out = b_shape[1] // 2 if gated else b_shape[1]
     if out is None:
-        out = _empty(fn, a, (a_shape[0], n_out), _str(fn, "out_dtype", out_dtype))
-    fp8 = a_scale is not None or b_scale is not None
+        dtype = _dtype_name(out_dtype, fn, "out_dtype")
+        if dtype not in _MOE_GEMM_OUT_DTYPES:
+            choices = ", ".join(_MOE_GEMM_OUT_DTYPES)
+            raise ValueError(f"{fn}: out_dtype must be one of {choices}, got {out_dtype!r}")
+        out = _empty(fn, a, (a_shape[0], n_out), dtype)
+    else:
+        _require_array(fn, "out", out)
+    # uint8 is not an output dtype of its own: a uint8 out holds fp8 e4m3 bytes.
+    fp8_out = _array_dtype(out) in ("fp8_e4m3", "uint8")
+    if fp8_out and out_scale is None:
+        out_scale = _empty(fn, a, (a_shape[0], n_out // 128), "fp32")
+    fp8_in = "fp8_e4m3" if a_scale is not None or b_scale is not None else None
     device = _device(fn, "a", a)
     _core.moe_gemm_groupwise(
-        _arg(fn, "a", a, "fp8_e4m3" if fp8 else None), _arg(fn, "b", b, "fp8_e4m3" if fp8 else None),
+        _arg(fn, "a", a, fp8_in), _arg(fn, "b", b, fp8_in),
         _arg(fn, "a_scale", a_scale), _arg(fn, "b_scale", b_scale), _arg(fn, "m_indptr", m_indptr),
-        _arg(fn, "out", out), bool(gated), _str(fn, "gated_layout", gated_layout),
-        _str(fn, "activation", activation), _str(fn, "scale_major_mode", scale_major_mode),
-        _stream(fn, a, device, stream),
+        _arg(fn, "out", out, "fp8_e4m3"), _arg(fn, "out_scale", out_scale), bool(gated),
+        _str(fn, "gated_layout", gated_layout), _str(fn, "activation", activation),
+        scale_major_mode, kernel, scheduler, tile, _stream(fn, a, device, stream),
     )  # fmt: skip
-    return out
+    return (out, out_scale) if fp8_out else out

@@ -282,6 +282,26 @@ class Kernel {
   modmoe::ModularKernel kernel_;
 };
 
+// MoeGemmOptions' enums from their Python names. The Python layer checks the names first (with
+// the list of allowed values); these checks keep direct callers of _core honest too.
+modmoe::MoeGemmKernel parse_moe_gemm_kernel(const std::string& name) {
+  if (name == "automatic") return modmoe::MoeGemmKernel::automatic;
+  if (name == "portable") return modmoe::MoeGemmKernel::portable;
+  if (name == "sm90") return modmoe::MoeGemmKernel::sm90;
+  MODMOE_FAIL() << "moe_gemm_groupwise: kernel must be one of 'automatic', 'portable', 'sm90', "
+                << "got '" << name << "'";
+  return modmoe::MoeGemmKernel::automatic;
+}
+
+modmoe::MoeGemmScheduler parse_moe_gemm_scheduler(const std::string& name) {
+  if (name == "cooperative") return modmoe::MoeGemmScheduler::cooperative;
+  if (name == "linear_scan") return modmoe::MoeGemmScheduler::linear_scan;
+  if (name == "precomputed") return modmoe::MoeGemmScheduler::precomputed;
+  MODMOE_FAIL() << "moe_gemm_groupwise: scheduler must be one of 'cooperative', 'linear_scan', "
+                << "'precomputed', got '" << name << "'";
+  return modmoe::MoeGemmScheduler::cooperative;
+}
+
 modmoe::Device device_of(const Tensor& t) { return t.defined() ? t.device() : modmoe::Device(); }
 
 }  // namespace
@@ -462,8 +482,10 @@ NB_MODULE(_core, m) {
   m.def(
       "moe_gemm_groupwise",
       [](nb::handle a, nb::handle b, nb::handle a_scale, nb::handle b_scale, nb::handle m_indptr,
-         nb::handle out, bool gated, const std::string& gated_layout,
-         const std::string& activation, const std::string& scale_major_mode, uintptr_t stream) {
+         nb::handle out, nb::handle out_scale, bool gated, const std::string& gated_layout,
+         const std::string& activation, const std::string& scale_major_mode,
+         const std::string& kernel, const std::string& scheduler, const std::string& tile,
+         uintptr_t stream) {
         ArgTensors t("moe_gemm_groupwise");
         const Tensor at = t.get("a", a), bt = t.get("b", b), ast = t.get("a_scale", a_scale),
                      bst = t.get("b_scale", b_scale), mt = t.get("m_indptr", m_indptr),
@@ -473,11 +495,27 @@ NB_MODULE(_core, m) {
         o.gated_layout = modmoe::parse_gated_layout(gated_layout);
         o.activation = modmoe::parse_activation(activation);
         o.scale_major_mode = scale_major_mode;
+        o.out_scale = t.get("out_scale", out_scale);
+        o.kernel = parse_moe_gemm_kernel(kernel);
+        o.scheduler = parse_moe_gemm_scheduler(scheduler);
+        o.tile = tile;
         CallContext call(device_of(at), stream, nb::none(), nb::none(), std::nullopt);
         nb::gil_scoped_release release;
         modmoe::moe_gemm_groupwise(call.ctx, at, bt, ast, bst, mt, ot, o);
       },
       "a"_a.none(), "b"_a.none(), "a_scale"_a.none(), "b_scale"_a.none(), "m_indptr"_a.none(),
-      "out"_a.none(), "gated"_a, "gated_layout"_a, "activation"_a, "scale_major_mode"_a,
-      "stream"_a);
+      "out"_a.none(), "out_scale"_a.none(), "gated"_a, "gated_layout"_a, "activation"_a,
+      "scale_major_mode"_a, "kernel"_a, "scheduler"_a, "tile"_a, "stream"_a);
+
+  m.def("moe_gemm_sm90_tiles", &modmoe::moe_gemm_sm90_tiles);
+  m.def(
+      "moe_gemm_sm90_available",
+      [](const std::string& device_type, int device_index) {
+        // Only the device is read: no CUDA context (and no stream) is needed to ask, so a build
+        // without the backend answers false instead of failing in cuda_context().
+        modmoe::Context ctx;
+        ctx.device = parse_device(device_type, device_index);
+        return modmoe::moe_gemm_sm90_available(ctx);
+      },
+      "device_type"_a, "device_index"_a);
 }

@@ -265,26 +265,7 @@ TopKWeightAndReducePtr CudaExperts::finalize_weight_and_reduce_impl() const {
 void CudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   static constexpr const char* kFn = "CudaExperts::apply";
   const MoEConfig& c = config();
-  MODMOE_CHECK(a.hidden_states.defined() && a.hidden_states.ndim() == 2)
-      << kFn << ": hidden_states must be 2-D (M, K), got " << a.hidden_states.describe();
-  const int64_t M = a.hidden_states.size(0), K = c.hidden_size, topk = c.topk;
-  check_apply_inputs(kFn, ctx, c, a, {M});
-  check_tensor(kFn, "output", a.output, {c.in_dtype}, {M, K}, "(M, K)", ctx.device);
-  check_tensor(kFn, "topk_ids", a.topk_ids, {DType::int32, DType::int64}, {M, topk}, "(M, topk)",
-               ctx.device);
-  if (!a.apply_router_weight_on_input)
-    check_tensor(kFn, "topk_weights", a.topk_weights, {DType::fp32}, {M, topk}, "(M, topk)",
-                 ctx.device);
-  MODMOE_CHECK(!a.apply_router_weight_on_input || topk == 1)
-      << kFn << ": apply_router_weight_on_input requires topk == 1, got topk = " << topk;
-  const int64_t E = a.global_num_experts > 0 ? a.global_num_experts : c.num_experts;
-  if (a.expert_map.defined()) {
-    check_tensor(kFn, "expert_map", a.expert_map, {DType::int32}, {E}, "(E)", ctx.device);
-  } else {
-    MODMOE_CHECK(c.num_local_experts == E)
-        << kFn << ": expert_map is required when the weights hold a subset of the experts "
-        << "(E_local = " << c.num_local_experts << ", E = " << E << ")";
-  }
+  const int64_t M = check_standard_apply(kFn, ctx, c, a), topk = c.topk;
   if (M == 0) return;
 
   // The device first: CUB's scratch size (queried while carving) is the current device's.
@@ -297,14 +278,7 @@ void CudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   const StandardLayout l = standard_layout(c, plan, M, a.workspace13.data(), a.workspace2.data());
 
   // 1. Permute: rows grouped by local expert, token order within an expert.
-  PermuteArgs p;
-  p.topk_ids = a.topk_ids.data();
-  p.ids_dtype = a.topk_ids.dtype();
-  p.num_tokens = M;
-  p.topk = topk;
-  p.expert_map = a.expert_map.defined() ? a.expert_map.data_ptr<int32_t>() : nullptr;
-  p.num_experts = E;
-  p.num_local_experts = c.num_local_experts;
+  const PermuteArgs p = standard_permute_args(c, a, M);
   TraceRange permute_range(ctx, "permute");
   permute(p, l.perm, stream);
   permute_range.close();
@@ -328,18 +302,7 @@ void CudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   gemm2_range.close();
 
   // 4. Unpermute + top-k weight + reduce: out[t] = sum_k w[t, k] * y[row_of_pair[t, k]].
-  WeightedReduceArgs r;
-  r.src = l.y;
-  r.src_dtype = DType::fp32;
-  r.src_ld = K;
-  r.pair_row = l.perm.row_of_pair;
-  r.topk_weights = a.apply_router_weight_on_input ? nullptr : a.topk_weights.data_ptr<float>();
-  r.M = M;
-  r.topk = topk;
-  r.K = K;
-  r.out = a.output.data();
-  r.out_dtype = a.output.dtype();
-  r.out_ld = K;
+  const WeightedReduceArgs r = standard_reduce_args(c, a, l.y, l.perm.row_of_pair, M);
   TraceRange reduce_range(ctx, "reduce");
   weighted_reduce(r, stream);
 }
@@ -352,10 +315,7 @@ BatchedCudaExperts::BatchedCudaExperts(const MoEConfig& config, int num_dispatch
       num_dispatchers_(num_dispatchers),
       fuse_gated_activation_(fuse_gated_activation) {
   check_experts_config("BatchedCudaExperts", config);
-  MODMOE_CHECK(config.max_num_tokens > 0)
-      << "BatchedCudaExperts: config.max_num_tokens must be > 0, got " << config.max_num_tokens;
-  MODMOE_CHECK(num_dispatchers >= 1)
-      << "BatchedCudaExperts: num_dispatchers must be >= 1, got " << num_dispatchers;
+  check_batched_experts("BatchedCudaExperts", config, num_dispatchers);
 }
 
 WorkspaceShapes BatchedCudaExperts::workspace_shapes(int64_t, int64_t, int64_t K, int64_t, int64_t,
@@ -375,15 +335,9 @@ TopKWeightAndReducePtr BatchedCudaExperts::finalize_weight_and_reduce_impl() con
 void BatchedCudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   static constexpr const char* kFn = "BatchedCudaExperts::apply";
   const MoEConfig& c = config();
-  const int64_t E_local = c.num_local_experts, K = c.hidden_size;
+  const int64_t E_local = c.num_local_experts;
   const int64_t T = c.max_num_tokens * num_dispatchers_;
-  check_apply_inputs(kFn, ctx, c, a, {E_local, T});
-  MODMOE_CHECK(a.expert_tokens_meta != nullptr)
-      << kFn << ": expert_tokens_meta (expert_num_tokens) is required for batched inputs";
-  check_tensor(kFn, "expert_num_tokens", a.expert_tokens_meta->expert_num_tokens, {DType::int32},
-               {E_local}, "(E_local)", ctx.device);
-  check_tensor(kFn, "output", a.output, {DType::fp32}, {E_local, T, K}, "(E_local, max_tokens, K)",
-               ctx.device);
+  check_batched_apply(kFn, ctx, c, a, T);
 
   const MlpPlan plan = make_plan(c, fuse_gated_activation_);
   const BatchedLayout need = batched_layout(c, plan, T, nullptr, nullptr);

@@ -62,4 +62,84 @@ WorkspaceShapes byte_workspaces(size_t ws13_bytes, size_t ws2_bytes, Shape outpu
   return s;
 }
 
+namespace {
+int64_t global_experts(const MoEConfig& c, const ApplyArgs& a) {
+  return a.global_num_experts > 0 ? a.global_num_experts : c.num_experts;
+}
+}  // namespace
+
+int64_t check_standard_apply(const char* fn, const Context& ctx, const MoEConfig& c,
+                             const ApplyArgs& a) {
+  MODMOE_CHECK(a.hidden_states.defined() && a.hidden_states.ndim() == 2)
+      << fn << ": hidden_states must be 2-D (M, K), got " << a.hidden_states.describe();
+  const int64_t M = a.hidden_states.size(0), K = c.hidden_size, topk = c.topk;
+  check_apply_inputs(fn, ctx, c, a, {M});
+  check_tensor(fn, "output", a.output, {c.in_dtype}, {M, K}, "(M, K)", ctx.device);
+  check_tensor(fn, "topk_ids", a.topk_ids, {DType::int32, DType::int64}, {M, topk}, "(M, topk)",
+               ctx.device);
+  if (!a.apply_router_weight_on_input)
+    check_tensor(fn, "topk_weights", a.topk_weights, {DType::fp32}, {M, topk}, "(M, topk)",
+                 ctx.device);
+  MODMOE_CHECK(!a.apply_router_weight_on_input || topk == 1)
+      << fn << ": apply_router_weight_on_input requires topk == 1, got topk = " << topk;
+  const int64_t E = global_experts(c, a);
+  if (a.expert_map.defined()) {
+    check_tensor(fn, "expert_map", a.expert_map, {DType::int32}, {E}, "(E)", ctx.device);
+  } else {
+    MODMOE_CHECK(c.num_local_experts == E)
+        << fn << ": expert_map is required when the weights hold a subset of the experts "
+        << "(E_local = " << c.num_local_experts << ", E = " << E << ")";
+  }
+  return M;
+}
+
+void check_batched_experts(const char* name, const MoEConfig& c, int num_dispatchers) {
+  MODMOE_CHECK(c.max_num_tokens > 0)
+      << name << ": config.max_num_tokens must be > 0, got " << c.max_num_tokens;
+  MODMOE_CHECK(num_dispatchers >= 1)
+      << name << ": num_dispatchers must be >= 1, got " << num_dispatchers;
+}
+
+void check_batched_apply(const char* fn, const Context& ctx, const MoEConfig& c, const ApplyArgs& a,
+                         int64_t T) {
+  const int64_t E_local = c.num_local_experts, K = c.hidden_size;
+  check_apply_inputs(fn, ctx, c, a, {E_local, T});
+  MODMOE_CHECK(a.expert_tokens_meta != nullptr)
+      << fn << ": expert_tokens_meta (expert_num_tokens) is required for batched inputs";
+  check_tensor(fn, "expert_num_tokens", a.expert_tokens_meta->expert_num_tokens, {DType::int32},
+               {E_local}, "(E_local)", ctx.device);
+  check_tensor(fn, "output", a.output, {DType::fp32}, {E_local, T, K}, "(E_local, max_tokens, K)",
+               ctx.device);
+}
+
+PermuteArgs standard_permute_args(const MoEConfig& c, const ApplyArgs& a, int64_t M) {
+  PermuteArgs p;
+  p.topk_ids = a.topk_ids.data();
+  p.ids_dtype = a.topk_ids.dtype();
+  p.num_tokens = M;
+  p.topk = c.topk;
+  p.expert_map = a.expert_map.defined() ? a.expert_map.data_ptr<int32_t>() : nullptr;
+  p.num_experts = global_experts(c, a);
+  p.num_local_experts = c.num_local_experts;
+  return p;
+}
+
+WeightedReduceArgs standard_reduce_args(const MoEConfig& c, const ApplyArgs& a, const float* y,
+                                        const int32_t* row_of_pair, int64_t M) {
+  const int64_t K = c.hidden_size;
+  WeightedReduceArgs r;
+  r.src = y;
+  r.src_dtype = DType::fp32;
+  r.src_ld = K;
+  r.pair_row = row_of_pair;
+  r.topk_weights = a.apply_router_weight_on_input ? nullptr : a.topk_weights.data_ptr<float>();
+  r.M = M;
+  r.topk = c.topk;
+  r.K = K;
+  r.out = a.output.data();
+  r.out_dtype = a.output.dtype();
+  r.out_ld = K;
+  return r;
+}
+
 }  // namespace modmoe::cuda

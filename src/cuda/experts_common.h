@@ -4,6 +4,8 @@
 
 #include <cstddef>
 
+#include "cuda/permute.h"
+#include "cuda/reduce.h"
 #include "modmoe/experts.h"
 
 namespace modmoe::cuda {
@@ -19,6 +21,27 @@ void check_workspace(const char* fn, const char* arg, const Tensor& ws, size_t b
 // (E_local, T) batched).
 void check_apply_inputs(const char* fn, const Context& ctx, const MoEConfig& c, const ApplyArgs& a,
                         const Shape& a1q_rows);
+
+// The checks of a standard-format apply ((M, K) activations and output, topk ids and weights,
+// expert_map). Returns M.
+int64_t check_standard_apply(const char* fn, const Context& ctx, const MoEConfig& c,
+                             const ApplyArgs& a);
+
+// The batched experts' own settings: max_num_tokens > 0 and num_dispatchers >= 1.
+void check_batched_experts(const char* name, const MoEConfig& c, int num_dispatchers);
+
+// The checks of a batched apply over (E_local, T, K) activations, expert_num_tokens and the
+// (E_local, T, K) fp32 output.
+void check_batched_apply(const char* fn, const Context& ctx, const MoEConfig& c, const ApplyArgs& a,
+                         int64_t T);
+
+// The permute of a standard apply: the routing of its M tokens over the local experts.
+PermuteArgs standard_permute_args(const MoEConfig& c, const ApplyArgs& a, int64_t M);
+
+// The unpermute + top-k weight + reduce of a standard apply, from y (M * topk, K) fp32 rows
+// (row_of_pair from the permute) into a.output: out[t] = sum_k w[t, k] * y[row_of_pair[t, k]].
+WeightedReduceArgs standard_reduce_args(const MoEConfig& c, const ApplyArgs& a, const float* y,
+                                        const int32_t* row_of_pair, int64_t M);
 
 // Byte workspaces (uint8) and the output shape.
 WorkspaceShapes byte_workspaces(size_t ws13_bytes, size_t ws2_bytes, Shape output,

@@ -161,27 +161,8 @@ TopKWeightAndReducePtr Sm90Experts::finalize_weight_and_reduce_impl() const {
 void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
   static constexpr const char* kFn = "Sm90Experts::apply";
   const MoEConfig& c = config();
-  MODMOE_CHECK(a.hidden_states.defined() && a.hidden_states.ndim() == 2)
-      << kFn << ": hidden_states must be 2-D (M, K), got " << a.hidden_states.describe();
-  const int64_t M = a.hidden_states.size(0), K = c.hidden_size, topk = c.topk;
-  check_apply_inputs(kFn, ctx, c, a, {M});
+  const int64_t M = check_standard_apply(kFn, ctx, c, a), K = c.hidden_size, topk = c.topk;
   check_supported(kFn, c, ctx);
-  check_tensor(kFn, "output", a.output, {c.in_dtype}, {M, K}, "(M, K)", ctx.device);
-  check_tensor(kFn, "topk_ids", a.topk_ids, {DType::int32, DType::int64}, {M, topk}, "(M, topk)",
-               ctx.device);
-  if (!a.apply_router_weight_on_input)
-    check_tensor(kFn, "topk_weights", a.topk_weights, {DType::fp32}, {M, topk}, "(M, topk)",
-                 ctx.device);
-  MODMOE_CHECK(!a.apply_router_weight_on_input || topk == 1)
-      << kFn << ": apply_router_weight_on_input requires topk == 1, got topk = " << topk;
-  const int64_t E = a.global_num_experts > 0 ? a.global_num_experts : c.num_experts;
-  if (a.expert_map.defined()) {
-    check_tensor(kFn, "expert_map", a.expert_map, {DType::int32}, {E}, "(E)", ctx.device);
-  } else {
-    MODMOE_CHECK(c.num_local_experts == E)
-        << kFn << ": expert_map is required when the weights hold a subset of the experts "
-        << "(E_local = " << c.num_local_experts << ", E = " << E << ")";
-  }
   if (M == 0) return;
 
   DeviceGuard guard(ctx.device.index);
@@ -193,14 +174,7 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
   const int64_t P = M * topk;
 
   // 1. Permute, then gather each row's token (and its scales): TMA reads contiguous rows.
-  PermuteArgs p;
-  p.topk_ids = a.topk_ids.data();
-  p.ids_dtype = a.topk_ids.dtype();
-  p.num_tokens = M;
-  p.topk = topk;
-  p.expert_map = a.expert_map.defined() ? a.expert_map.data_ptr<int32_t>() : nullptr;
-  p.num_experts = E;
-  p.num_local_experts = c.num_local_experts;
+  const PermuteArgs p = standard_permute_args(c, a, M);
   {
     TraceRange range(ctx, "permute");
     permute(p, l.perm, stream);
@@ -233,18 +207,7 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
   }
 
   // 4. Unpermute + top-k weight + reduce, in fixed k order.
-  WeightedReduceArgs r;
-  r.src = l.y;
-  r.src_dtype = DType::fp32;
-  r.src_ld = K;
-  r.pair_row = l.perm.row_of_pair;
-  r.topk_weights = a.apply_router_weight_on_input ? nullptr : a.topk_weights.data_ptr<float>();
-  r.M = M;
-  r.topk = topk;
-  r.K = K;
-  r.out = a.output.data();
-  r.out_dtype = a.output.dtype();
-  r.out_ld = K;
+  const WeightedReduceArgs r = standard_reduce_args(c, a, l.y, l.perm.row_of_pair, M);
   TraceRange range(ctx, "reduce");
   weighted_reduce(r, stream);
 }
@@ -256,10 +219,7 @@ BatchedSm90Experts::BatchedSm90Experts(const MoEConfig& config, int num_dispatch
   check_experts_config("BatchedSm90Experts", config);
   const std::string why = sm90_experts_unsupported(config);
   MODMOE_CHECK(why.empty()) << "BatchedSm90Experts: " << why;
-  MODMOE_CHECK(config.max_num_tokens > 0)
-      << "BatchedSm90Experts: config.max_num_tokens must be > 0, got " << config.max_num_tokens;
-  MODMOE_CHECK(num_dispatchers >= 1)
-      << "BatchedSm90Experts: num_dispatchers must be >= 1, got " << num_dispatchers;
+  check_batched_experts("BatchedSm90Experts", config, num_dispatchers);
 }
 
 WorkspaceShapes BatchedSm90Experts::workspace_shapes(int64_t, int64_t, int64_t K, int64_t, int64_t,
@@ -279,16 +239,9 @@ TopKWeightAndReducePtr BatchedSm90Experts::finalize_weight_and_reduce_impl() con
 void BatchedSm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
   static constexpr const char* kFn = "BatchedSm90Experts::apply";
   const MoEConfig& c = config();
-  const int64_t E_local = c.num_local_experts, K = c.hidden_size;
-  const int64_t T = c.max_num_tokens * num_dispatchers_, rows = E_local * T;
-  check_apply_inputs(kFn, ctx, c, a, {E_local, T});
+  const int64_t T = c.max_num_tokens * num_dispatchers_, rows = c.num_local_experts * T;
+  check_batched_apply(kFn, ctx, c, a, T);
   check_supported(kFn, c, ctx);
-  MODMOE_CHECK(a.expert_tokens_meta != nullptr)
-      << kFn << ": expert_tokens_meta (expert_num_tokens) is required for batched inputs";
-  check_tensor(kFn, "expert_num_tokens", a.expert_tokens_meta->expert_num_tokens, {DType::int32},
-               {E_local}, "(E_local)", ctx.device);
-  check_tensor(kFn, "output", a.output, {DType::fp32}, {E_local, T, K}, "(E_local, max_tokens, K)",
-               ctx.device);
   ByteCarver need(nullptr);
   carve_intermediate(c, rows, need);
   check_workspace(kFn, "workspace2", a.workspace2, need.size(), ctx.device);

@@ -88,6 +88,51 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t d
       : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
 }
 
+template <int N, bool kFp8>
+struct Wgmma;
+template <>
+struct Wgmma<32, false> {
+  static __device__ __forceinline__ void run(float (&d)[16], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n32k16_bf16(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<64, false> {
+  static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n64k16_bf16(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<128, false> {
+  static __device__ __forceinline__ void run(float (&d)[64], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n128k16_bf16(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<256, false> {
+  static __device__ __forceinline__ void run(float (&d)[128], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n256k16_bf16(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<32, true> {
+  static __device__ __forceinline__ void run(float (&d)[16], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n32k32_e4m3(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<64, true> {
+  static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n64k32_e4m3(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<128, true> {
+  static __device__ __forceinline__ void run(float (&d)[64], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n128k32_e4m3(d, a, b, acc);
+  }
+};
+
 #endif  // sm_90a
 
 }  // namespace modmoe::cuda::sm90
