@@ -16,9 +16,9 @@ namespace {
 constexpr const char* kFn = "moe_gemm_groupwise";
 }  // namespace
 
-void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
-                        const Tensor& a_scale, const Tensor& b_scale, const Tensor& m_indptr,
-                        const Tensor& out, const MoeGemmOptions& o) {
+void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                        const Tensor& b_scale, const Tensor& m_indptr, const Tensor& out,
+                        const MoeGemmOptions& o) {
   MODMOE_CHECK(b.defined() && b.ndim() == 3)
       << kFn << ": b must be 3-D (E, N_b, K), got " << b.describe();
   MODMOE_CHECK(a.defined() && a.ndim() == 2)
@@ -42,7 +42,8 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
   }
   MODMOE_CHECK(out.defined() && out.ndim() == 2 && out.size(1) == N_out)
       << kFn << ": out.size(1) must be " << (o.gated ? "b.size(1)/2 = " : "b.size(1) = ") << N_out
-      << (o.gated ? " for gated" : "") << ", got " << (out.defined() && out.ndim() == 2 ? std::to_string(out.size(1)) : out.describe());
+      << (o.gated ? " for gated" : "") << ", got "
+      << (out.defined() && out.ndim() == 2 ? std::to_string(out.size(1)) : out.describe());
   check_tensor(kFn, "out", out, {DType::bf16, DType::fp16, DType::fp32, DType::fp8_e4m3},
                {rows, N_out}, "(total_rows, N_out)", ctx.device);
   MODMOE_CHECK(N_out % 16 == 0) << kFn << ": N_out must be a multiple of 16, got " << N_out;
@@ -84,8 +85,7 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
         << kFn << ": bf16 inputs take no scales, got a_scale " << a_scale.describe()
         << " and b_scale " << b_scale.describe();
   }
-  MODMOE_CHECK(!out.overlaps(a) && !out.overlaps(b))
-      << kFn << ": out must not overlap a or b";
+  MODMOE_CHECK(!out.overlaps(a) && !out.overlaps(b)) << kFn << ": out must not overlap a or b";
   MODMOE_CHECK(ctx.device.is_cuda() || o.kernel == MoeGemmKernel::automatic)
       << kFn << ": kernel " << (o.kernel == MoeGemmKernel::sm90 ? "sm90" : "portable")
       << " needs a CUDA context, got " << ctx.device.str();

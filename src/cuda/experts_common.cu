@@ -1,7 +1,6 @@
 // Checks and helpers shared by the CUDA experts (see experts_common.h).
-#include "cuda/experts_common.h"
-
 #include "core/validate.h"
+#include "cuda/experts_common.h"
 #include "modmoe/quant.h"
 
 namespace modmoe::cuda {

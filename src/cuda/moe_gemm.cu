@@ -44,9 +44,9 @@ sm90::GemmArgs sm90_args(const Context& ctx, const Tensor& a, const Tensor& b,
 
 }  // namespace
 
-void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
-                        const Tensor& a_scale, const Tensor& b_scale, const Tensor& m_indptr,
-                        const Tensor& out, QuantScheme scheme, const MoeGemmOptions& o) {
+void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                        const Tensor& b_scale, const Tensor& m_indptr, const Tensor& out,
+                        QuantScheme scheme, const MoeGemmOptions& o) {
   DeviceGuard guard(ctx.device.index);
   const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
   const bool hopper = sm90::available(ctx.device.index);
@@ -67,16 +67,17 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
       }
       return;
     }
-    MODMOE_CHECK(!needs_hopper)
-        << kFn << ": "
-        << (o.kernel == MoeGemmKernel::sm90 ? std::string("kernel sm90")
-            : o.scale_major_mode == "MN"    ? std::string("scale_major_mode \"MN\"")
-                                            : std::string("an fp8_e4m3 out"))
-        << " needs the Hopper kernel, which cannot run this call: " << reason;
+    MODMOE_CHECK(!needs_hopper) << kFn << ": "
+                                << (o.kernel == MoeGemmKernel::sm90 ? std::string("kernel sm90")
+                                    : o.scale_major_mode == "MN"
+                                        ? std::string("scale_major_mode \"MN\"")
+                                        : std::string("an fp8_e4m3 out"))
+                                << " needs the Hopper kernel, which cannot run this call: "
+                                << reason;
   }
-  MODMOE_CHECK(o.tile.empty())
-      << kFn << ": tile \"" << o.tile << "\" is a Hopper-kernel option, but the portable kernel "
-      << "runs this call";
+  MODMOE_CHECK(o.tile.empty()) << kFn << ": tile \"" << o.tile
+                               << "\" is a Hopper-kernel option, but the portable kernel "
+                               << "runs this call";
 
   GroupedGemmArgs g;
   g.A = a.data();

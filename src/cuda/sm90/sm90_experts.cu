@@ -12,6 +12,7 @@
 
 #include <sstream>
 
+#include "core/validate.h"
 #include "cuda/batched.h"
 #include "cuda/byte_carver.h"
 #include "cuda/cuda_topk_weight_and_reduce.h"
@@ -21,7 +22,6 @@
 #include "cuda/reduce.h"
 #include "cuda/sm90/sm90_experts.h"
 #include "cuda/sm90/sm90_gemm.h"
-#include "core/validate.h"
 #include "modmoe/quant.h"
 #include "modmoe/trace.h"
 
@@ -89,15 +89,15 @@ void check_supported(const char* name, const MoEConfig& c, const Context& ctx) {
   const std::string why = sm90_experts_unsupported(c);
   MODMOE_CHECK(why.empty()) << name << ": " << why;
   MODMOE_CHECK(sm90::available(ctx.device.index))
-      << name << ": needs an sm_90 device and a build with the sm_90a kernels; "
-      << ctx.device.str() << " cannot run them";
+      << name << ": needs an sm_90 device and a build with the sm_90a kernels; " << ctx.device.str()
+      << " cannot run them";
 }
 
 // ---- Sm90Experts layout -----------------------------------------------------------------------
 
 struct StandardLayout {
   PermuteWorkspace perm;
-  void* a = nullptr;        // (P, K) gathered rows
+  void* a = nullptr;         // (P, K) gathered rows
   float* a_scale = nullptr;  // (P, K/128)
   Intermediate mid;
   float* y = nullptr;  // (P, K) fp32

@@ -25,10 +25,8 @@ struct TileEntry {
   bool bf16, fp8;
 };
 constexpr TileEntry kTiles[] = {
-    {"128x256", 128, 256, true, false},
-    {"128x128", 128, 128, true, true},
-    {"64x256", 64, 256, true, true},
-    {"64x128", 64, 128, true, true},
+    {"128x256", 128, 256, true, false}, {"128x128", 128, 128, true, true},
+    {"64x256", 64, 256, true, true},    {"64x128", 64, 128, true, true},
     {"64x64", 64, 64, true, true},
 };
 
@@ -58,8 +56,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
   std::call_once(once, [] {
     void* ptr = nullptr;
     cudaDriverEntryPointQueryResult status;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
-                                         cudaEnableDefault, &status) == cudaSuccess &&
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
+                                         &status) == cudaSuccess &&
         status == cudaDriverEntryPointSuccess)
       fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
   });
@@ -72,12 +70,12 @@ CUtensorMap make_map(const void* base, DType dtype, int rank, const cuuint64_t* 
                      const cuuint64_t* strides_bytes, const cuuint32_t* box, const char* what) {
   CUtensorMap map;
   cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
-  const CUtensorMapDataType type = dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                        : CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  const CUresult r = encode_function()(
-      &map, type, rank, const_cast<void*>(base), dims, strides_bytes, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUtensorMapDataType type =
+      dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  const CUresult r =
+      encode_function()(&map, type, rank, const_cast<void*>(base), dims, strides_bytes, box,
+                        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   MODMOE_CHECK(r == CUDA_SUCCESS) << "moe_gemm (sm90): cuTensorMapEncodeTiled failed for " << what
                                   << " (CUresult " << static_cast<int>(r) << ")";
   return map;
@@ -263,8 +261,8 @@ std::string can_implement(const GemmArgs& g) {
   } else if (g.ab_dtype != DType::bf16 && !fp8) {
     why << "a and b must be bf16 or fp8_e4m3, got " << dtype_name(g.ab_dtype);
   } else if (fp8 ? !tile->fp8 : !tile->bf16) {
-    why << "tile " << name << " is not built for " << dtype_name(g.ab_dtype) << " (tiles: "
-        << known_tiles(g.ab_dtype) << ")";
+    why << "tile " << name << " is not built for " << dtype_name(g.ab_dtype)
+        << " (tiles: " << known_tiles(g.ab_dtype) << ")";
   } else if ((g.K * dtype_size(g.ab_dtype)) % 16 != 0 || g.K <= 0) {
     why << "K * element size must be a positive multiple of 16 bytes (TMA row pitch), got K = "
         << g.K;
@@ -274,7 +272,9 @@ std::string can_implement(const GemmArgs& g) {
              g.N_b >= (int64_t{1} << 31)) {
     why << "sizes must fit in int32";
   } else if ((reinterpret_cast<uintptr_t>(g.a) | reinterpret_cast<uintptr_t>(g.b) |
-              reinterpret_cast<uintptr_t>(g.d)) % 16 != 0) {
+              reinterpret_cast<uintptr_t>(g.d)) %
+                 16 !=
+             0) {
     why << "a, b and out must be 16-byte aligned";
   } else if (g.gated && g.N_b % 16 != 0) {
     why << "gated needs b.size(1) to be a multiple of 16, got " << g.N_b;
@@ -309,8 +309,8 @@ KernelParams make_params(const GemmArgs& g, const TileEntry& tile) {
   p.schedule.expert_num_tokens = g.expert_num_tokens;
   p.schedule.batch_rows = static_cast<int32_t>(g.batch_rows);
   p.schedule.E = static_cast<int32_t>(g.E);
-  p.schedule.n_blocks = static_cast<int32_t>(
-      g.gated ? ceil_div(g.N_b / 2, tile.bn / 2) : ceil_div(g.N_b, tile.bn));
+  p.schedule.n_blocks =
+      static_cast<int32_t>(g.gated ? ceil_div(g.N_b / 2, tile.bn / 2) : ceil_div(g.N_b, tile.bn));
   p.schedule.tile_list = g.tile_list;
   p.scheduler = g.scheduler == MoeGemmScheduler::linear_scan   ? kLinearScan
                 : g.scheduler == MoeGemmScheduler::precomputed ? kPrecomputed

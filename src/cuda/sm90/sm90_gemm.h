@@ -60,7 +60,7 @@ struct GemmArgs {
   GatedLayout gated_layout = GatedLayout::GateUp;
   Activation activation = Activation::silu;
 
-  void* d = nullptr;  // (total_rows, N_out), ldd = N_out
+  void* d = nullptr;            // (total_rows, N_out), ldd = N_out
   DType d_dtype = DType::bf16;  // bf16, fp16, fp32, or fp8_e4m3 (gated only, with d_scale)
   float* d_scale = nullptr;     // fp8 d: (total_rows, N_out/128)
 

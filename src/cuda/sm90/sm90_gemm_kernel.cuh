@@ -231,8 +231,7 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const float h0 = acc[4 * (2 * g) + q], h1 = acc[4 * (2 * g + 1) + q];
-      const float v = gated_function(kAct, p.gate_is_odd ? h1 : h0,
-                                     p.gate_is_odd ? h0 : h1);
+      const float v = gated_function(kAct, p.gate_is_odd ? h1 : h0, p.gate_is_odd ? h0 : h1);
       acc[4 * (2 * g) + q] = v;
       if (q < 2) {
         amax_lo = max(amax_lo, abs_bits(v));
@@ -244,9 +243,15 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
   const int32_t out_col0 = wg_col0 / 2;
   if (p.out_kind != kOutFp8) {
     switch (p.out_kind) {
-      case kOutBf16: store_tile<__nv_bfloat16, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end); break;
-      case kOutFp16: store_tile<__half, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end); break;
-      default: store_tile<float, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end); break;
+      case kOutBf16:
+        store_tile<__nv_bfloat16, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end);
+        break;
+      case kOutFp16:
+        store_tile<__half, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end);
+        break;
+      default:
+        store_tile<float, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end);
+        break;
     }
     return;
   }
@@ -397,17 +402,31 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
     // ---- epilogue ----
     if (!p.gated) {
       switch (p.out_kind) {
-        case kOutBf16: store_tile<__nv_bfloat16, C::kGroups>(p, acc, 1, wg_col0, r_lo, t.row_end); break;
-        case kOutFp16: store_tile<__half, C::kGroups>(p, acc, 1, wg_col0, r_lo, t.row_end); break;
-        default: store_tile<float, C::kGroups>(p, acc, 1, wg_col0, r_lo, t.row_end); break;
+        case kOutBf16:
+          store_tile<__nv_bfloat16, C::kGroups>(p, acc, 1, wg_col0, r_lo, t.row_end);
+          break;
+        case kOutFp16:
+          store_tile<__half, C::kGroups>(p, acc, 1, wg_col0, r_lo, t.row_end);
+          break;
+        default:
+          store_tile<float, C::kGroups>(p, acc, 1, wg_col0, r_lo, t.row_end);
+          break;
       }
       continue;
     }
     switch (p.activation) {
-      case Activation::gelu: gated_epilogue<C, Activation::gelu>(p, acc, ctl, t, wg, wg_col0, r_lo); break;
-      case Activation::gelu_tanh: gated_epilogue<C, Activation::gelu_tanh>(p, acc, ctl, t, wg, wg_col0, r_lo); break;
-      case Activation::swigluoai: gated_epilogue<C, Activation::swigluoai>(p, acc, ctl, t, wg, wg_col0, r_lo); break;
-      default: gated_epilogue<C, Activation::silu>(p, acc, ctl, t, wg, wg_col0, r_lo); break;
+      case Activation::gelu:
+        gated_epilogue<C, Activation::gelu>(p, acc, ctl, t, wg, wg_col0, r_lo);
+        break;
+      case Activation::gelu_tanh:
+        gated_epilogue<C, Activation::gelu_tanh>(p, acc, ctl, t, wg, wg_col0, r_lo);
+        break;
+      case Activation::swigluoai:
+        gated_epilogue<C, Activation::swigluoai>(p, acc, ctl, t, wg, wg_col0, r_lo);
+        break;
+      default:
+        gated_epilogue<C, Activation::silu>(p, acc, ctl, t, wg, wg_col0, r_lo);
+        break;
     }
   }
 }
@@ -421,8 +440,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   // TMA's 128-byte swizzle and the wgmma descriptors want 1024-byte aligned tiles.
-  uint8_t* tiles = reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  uint8_t* tiles = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                              ~static_cast<uintptr_t>(1023));
   Control& ctl = *reinterpret_cast<Control*>(tiles + C::kStages * C::kStageBytes);
   const int warp = threadIdx.x / 32;
 

@@ -80,8 +80,8 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, u
   asm volatile(
       "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2),
-      "r"(c3), "r"(c4)
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+      "r"(c4)
       : "memory");
 }
 
@@ -93,7 +93,7 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, u
 // start-address field (the hardware applies the swizzle to the computed addresses).
 __device__ __forceinline__ uint64_t kmajor_sw128_desc(const void* tile) {
   const uint64_t start = (smem_addr(tile) & 0x3ffffu) >> 4;
-  constexpr uint64_t kLeadingByteOffset = 1;       // unused by swizzled K-major layouts
+  constexpr uint64_t kLeadingByteOffset = 1;         // unused by swizzled K-major layouts
   constexpr uint64_t kStrideByteOffset = 1024 >> 4;  // one 8-row swizzle atom
   constexpr uint64_t kSwizzle128B = 1;
   return start | (kLeadingByteOffset << 16) | (kStrideByteOffset << 32) | (kSwizzle128B << 62);
