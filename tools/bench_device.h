@@ -1,5 +1,6 @@
 // Host-side CUDA helpers of the GPU benchmark: checked calls, owned device buffers, graphs and
-// event timing of graph replays.
+// event timing of graph replays; the device's properties, its read bandwidth and trimming the
+// memory pools between cases (those three in bench_device.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -157,5 +158,22 @@ Timing time_replays(cudaStream_t stream, int replays, int warmup, L2Flush* flush
   t.max_us = us.back();
   return t;
 }
+
+// GPU 0's properties and the CUDA versions, as the benchmarks' headers and JSON report them.
+struct DeviceInfo {
+  std::string name;
+  int sm_count = 0, cc_major = 0, cc_minor = 0;
+  size_t l2_bytes = 0, memory_bytes = 0;
+  int runtime = 0, driver = 0;
+};
+
+DeviceInfo device_info();
+
+// Median read bandwidth in bytes/s of the streaming-read kernel (bench_kernels.h) over `bytes`
+// (a multiple of 16), 20 timed replays after 3 untimed; the buffer is freed before it returns.
+double measure_read_bandwidth(size_t bytes, cudaStream_t stream);
+
+// Releases what the stream-ordered pool and graph memory nodes kept from a case.
+void trim_device_memory();
 
 }  // namespace modmoe::bench

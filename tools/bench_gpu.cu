@@ -64,40 +64,21 @@ std::string utc_now() {
   return buf;
 }
 
-struct DeviceInfo {
-  std::string name;
-  int sm_count = 0, cc_major = 0, cc_minor = 0;
-  size_t l2_bytes = 0, memory_bytes = 0;
-  int runtime = 0, driver = 0, cublas = 0;
+// The device (bench_device.h) and the cuBLAS version the suite's baseline runs with
+// (major * 10000 + minor * 100 + patch).
+struct SuiteDeviceInfo : DeviceInfo {
+  int cublas = 0;
 };
 
-DeviceInfo device_info() {
-  DeviceInfo d;
-  cudaDeviceProp p{};
-  BENCH_CUDA(cudaGetDeviceProperties(&p, 0));
-  d.name = p.name;
-  d.sm_count = p.multiProcessorCount;
-  d.cc_major = p.major;
-  d.cc_minor = p.minor;
-  d.l2_bytes = p.l2CacheSize;
-  d.memory_bytes = p.totalGlobalMem;
-  cudaRuntimeGetVersion(&d.runtime);
-  cudaDriverGetVersion(&d.driver);
+SuiteDeviceInfo suite_device_info() {
+  SuiteDeviceInfo d;
+  static_cast<DeviceInfo&>(d) = device_info();
   cublasGetProperty(MAJOR_VERSION, &d.cublas);
   int minor = 0, patch = 0;
   cublasGetProperty(MINOR_VERSION, &minor);
   cublasGetProperty(PATCH_LEVEL, &patch);
   d.cublas = d.cublas * 10000 + minor * 100 + patch;
   return d;
-}
-
-// Median read bandwidth in bytes/s of the streaming-read kernel over `bytes`.
-double measure_read_bandwidth(size_t bytes, cudaStream_t stream) {
-  DeviceBuffer data(bytes), sink(size_t(stream_read_sink_words()) * 4);
-  BENCH_CUDA(cudaMemsetAsync(data.get(), 0x5a, bytes, stream));
-  const Timing t = time_replays(
-      stream, 20, 3, nullptr, [&] { stream_read(data.get(), bytes, sink.as<uint32_t>(), stream); });
-  return double(bytes) / (t.median_us * 1e-6);
 }
 
 // Random expert weights in modmoe's layouts, on the device.
@@ -213,14 +194,6 @@ std::array<double, 3> compare_outputs(const void* a, const void* b, int64_t n,
       cudaMemcpyAsync(host.data(), stats.get(), sizeof(host), cudaMemcpyDeviceToHost, stream));
   BENCH_CUDA(cudaStreamSynchronize(stream));
   return host;
-}
-
-// Releases what the stream-ordered pool and graph memory nodes kept from a case.
-void trim_device_memory() {
-  cudaDeviceSynchronize();
-  cudaDeviceGraphMemTrim(0);
-  cudaMemPool_t pool = nullptr;
-  if (cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
 }
 
 struct SuiteContext {
@@ -458,7 +431,7 @@ int run_gpu_suite(const GpuSuiteOptions& o) {
   BENCH_CUDA(cudaSetDevice(0));
   cudaStream_t stream = nullptr;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const DeviceInfo info = device_info();
+  const SuiteDeviceInfo info = suite_device_info();
   std::printf(
       "modmoe-bench: %s, %d SMs, sm_%d%d, L2 %.0f MB, %.0f GB; CUDA runtime %d, cuBLAS %d\n",
       info.name.c_str(), info.sm_count, info.cc_major, info.cc_minor, info.l2_bytes / 1e6,

@@ -1,0 +1,43 @@
+// The non-template helpers of bench_device.h: the device's properties, its streaming-read
+// bandwidth and trimming the memory pools. Shared by the suite (bench_gpu.cu) and --gemm
+// (bench_sm90.cu).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "bench_device.h"
+#include "bench_kernels.h"
+
+namespace modmoe::bench {
+
+DeviceInfo device_info() {
+  DeviceInfo d;
+  cudaDeviceProp p{};
+  BENCH_CUDA(cudaGetDeviceProperties(&p, 0));
+  d.name = p.name;
+  d.sm_count = p.multiProcessorCount;
+  d.cc_major = p.major;
+  d.cc_minor = p.minor;
+  d.l2_bytes = p.l2CacheSize;
+  d.memory_bytes = p.totalGlobalMem;
+  cudaRuntimeGetVersion(&d.runtime);
+  cudaDriverGetVersion(&d.driver);
+  return d;
+}
+
+double measure_read_bandwidth(size_t bytes, cudaStream_t stream) {
+  DeviceBuffer data(bytes), sink(size_t(stream_read_sink_words()) * 4);
+  BENCH_CUDA(cudaMemsetAsync(data.get(), 0x5a, bytes, stream));
+  const Timing t = time_replays(
+      stream, 20, 3, nullptr, [&] { stream_read(data.get(), bytes, sink.as<uint32_t>(), stream); });
+  return double(bytes) / (t.median_us * 1e-6);
+}
+
+void trim_device_memory() {
+  cudaDeviceSynchronize();
+  cudaDeviceGraphMemTrim(0);
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
+}
+
+}  // namespace modmoe::bench
