@@ -58,7 +58,9 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
                         const Tensor& out, const MoeGemmOptions& options = {});
 
 // The Hopper kernel's tile shapes, "BMxBN" (rows of a x rows of b per CTA tile; gated tiles
-// hold BN/2 gate and BN/2 up rows). Empty in a build without the sm_90a kernels.
+// hold BN/2 gate and BN/2 up rows). Empty in a build without the sm_90a kernels. Not every
+// tile takes every call: 128x256 is built for bf16 only, and an fp8 out needs a 256-wide tile;
+// a tile that cannot run a call is refused with the reason (docs/hopper.md).
 std::vector<std::string> moe_gemm_sm90_tiles();
 
 // Whether ctx's device can run the Hopper kernel (a CUDA device of compute capability 9.0 and a
