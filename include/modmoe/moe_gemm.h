@@ -5,11 +5,14 @@
 //
 // a (total_rows, K) and b (E, N_b, K) are both bf16, or both fp8 e4m3 with fp32 block scales of
 // granularity (1, 128, 128): a_scale (total_rows, K/128), b_scale (E, ceil(N_b/128), K/128), both
-// K-major ("scale_major_mode" "K"). m_indptr (E+1) int32 lives on the compute device and is not
+// K-major ("scale_major_mode" "K"), or both MN-major ("MN": a_scale (K/128, total_rows), b_scale
+// (E, K/128, ceil(N_b/128))). m_indptr (E+1) int32 lives on the compute device and is not
 // read on the host (on the CPU backend it is host memory and is validated). Experts may be
 // empty; rows outside [m_indptr[0], m_indptr[E]) are not written. Gated: N_out = N_b / 2, the
 // kernel computes both halves of a tile and writes act(gate) * up (GatedLayout says which half
-// is which); plain: N_out = N_b. out (total_rows, N_out) bf16 (fp16/fp32 accepted).
+// is which); plain: N_out = N_b. out (total_rows, N_out) bf16 (fp16/fp32 accepted), or, gated
+// only, fp8_e4m3 with out_scale fp32 (total_rows, N_out/128): act(gate)*up quantized per row
+// and 128 columns as the fp8_block activation quantizer does — the operand GEMM2 takes.
 //
 // Which kernel runs on CUDA (MoeGemmOptions::kernel):
 //   automatic  the Hopper kernel when the device is sm_90 and the build has it (sm_90a) and the
@@ -17,10 +20,8 @@
 //   portable   the portable kernel (sm80+; fp8 from sm89)
 //   sm90       the Hopper kernel (persistent, warp-specialized, TMA + wgmma); an error when the
 //              device or the build cannot run it
-// The Hopper kernel also accepts "MN"-major scales (a_scale (K/128, total_rows), b_scale
-// (E, K/128, ceil(N_b/128))) and, for gated, an fp8 output: out fp8_e4m3 (total_rows, N_out) with
-// out_scale fp32 (total_rows, N_out/128) — act(gate)*up quantized per row and 128 columns, the
-// operand GEMM2 takes (fp8 block).
+// "MN" scales and the fp8 out run on the CPU and on the Hopper kernel; the portable CUDA kernel
+// takes neither (automatic then needs the Hopper kernel, and says so when it cannot run).
 #pragma once
 
 #include <string>
@@ -46,7 +47,7 @@ struct MoeGemmOptions {
   bool gated = false;
   GatedLayout gated_layout = GatedLayout::GateUp;  // FlashInfer's is_gated order is UpGate
   Activation activation = Activation::silu;        // a gated form, used when gated
-  std::string scale_major_mode = "K";              // "K" or "MN" (MN: Hopper kernel only)
+  std::string scale_major_mode = "K";              // "K" or "MN" (not on the portable kernel)
   Tensor out_scale;  // fp8 gated output only: (total_rows, N_out/128) fp32
   MoeGemmKernel kernel = MoeGemmKernel::automatic;
   MoeGemmScheduler scheduler = MoeGemmScheduler::cooperative;  // Hopper kernel only
