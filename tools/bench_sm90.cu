@@ -11,6 +11,9 @@
 // in a CUDA graph (global mode) and replayed `replays` times, each replay between its own pair
 // of events, the L2 overwritten before each (outside the events).
 //
+// Workspace: each Experts part's workspace_shapes() for the three full layers, computed (not
+// timed) at the start of the run, before any kernel can break the context.
+//
 // The parts: bench_sm90_cases.h (what they share), bench_sm90_measure.cu, bench_sm90_fc1.cu,
 // bench_sm90_scheduler.cu, bench_sm90_report.cu; here: the ceilings and the run.
 #include <cuda_runtime.h>
@@ -145,6 +148,16 @@ int run_gemm_bench(const GemmBenchOptions& o) {
       o.quick ? std::vector<int64_t>{1, 16} : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64};
   const DType dtypes[] = {DType::bf16, DType::fp8_e4m3};
 
+  // The workspace study first: it only sizes buffers (no kernel runs), so a case that later
+  // breaks the CUDA context cannot take it down. Its errors stay in its rows; never a failure.
+  const std::vector<WorkspaceCase> workspace = run_workspace_study(env);
+  int workspace_problems = 0;
+  for (const WorkspaceCase& c : workspace)
+    workspace_problems += !c.sm90.error.empty() + !c.portable.error.empty();
+  std::printf("workspace: %zu rows (Sm90Experts, CudaExperts via the registry), %d errors\n",
+              workspace.size(), workspace_problems);
+  std::fflush(stdout);
+
   std::vector<Fc1Case> fc1;
   std::vector<SchedulerCase> sched;
   bool alive = true;
@@ -274,6 +287,8 @@ int run_gemm_bench(const GemmBenchOptions& o) {
     std::vector<std::string> cases;
     for (const Fc1Case& c : fc1) cases.push_back(fc1_json(c, ceil, ceil.read_bw));
     for (const SchedulerCase& c : sched) cases.push_back(scheduler_json(c, ceil.read_bw));
+    std::vector<std::string> workspace_rows;
+    for (const WorkspaceCase& c : workspace) workspace_rows.push_back(workspace_json(c));
     JsonObject root;
     root.str("tool", "modmoe-bench-gemm")
         .str("date", utc_now())
@@ -284,10 +299,13 @@ int run_gemm_bench(const GemmBenchOptions& o) {
                             .num("fc1_cases", int64_t(fc1.size()))
                             .num("scheduler_cases", int64_t(sched.size()))
                             .num("failed_cases", int64_t(failures))
+                            .num("workspace_rows", int64_t(workspace.size()))
+                            .num("workspace_errors", int64_t(workspace_problems))
                             .flag("complete", alive)
                             .dump(2))
         .add("targets", targets_json(targets))
-        .add("cases", json_array(cases, 2));
+        .add("cases", json_array(cases, 2))
+        .add("workspace", json_array(workspace_rows, 2));
     std::ofstream f(o.json_path);
     f << root.dump() << "\n";
     MODMOE_CHECK(f.good()) << "modmoe-bench --gemm: could not write " << o.json_path;
@@ -301,6 +319,7 @@ int run_gemm_bench(const GemmBenchOptions& o) {
       o.flush_l2 ? "flushed" : "not flushed");
   print_fc1_table(fc1, env);
   print_scheduler_table(sched, env);
+  print_workspace_table(workspace);
   print_targets(targets);
   std::printf("\ngemm: %zu fc1 + %zu scheduler cases, %d failed (error or wrong output)%s\n",
               fc1.size(), sched.size(), failures,

@@ -7,7 +7,9 @@
 //   3. the MoE scheduler at decode: cooperative and linear scan against the same kernel reading
 //      a precomputed tile list built once outside the timed graph (the ideal);
 //   4. GEMM-only roofline numbers: TFLOP/s against the dense ceiling, weight GB/s against the
-//      read ceiling.
+//      read ceiling;
+//   5. peak workspace bytes per forward of Sm90Experts and CudaExperts for three whole layers,
+//      against an unfused path's M*topk*(max(2N, K) + max(N, K)) elements.
 // Every timed variant is first run once and compared with the portable kernel's output.
 // docs/gpu.md ("--gemm") describes the tables and the JSON.
 #pragma once

@@ -2,7 +2,8 @@
 // and targets, the record of one measured variant and of each case, and the functions that fill
 // them. The parts: bench_sm90_measure.cu (one variant measured and checked, the operands),
 // bench_sm90_fc1.cu (fused vs unfused FC1), bench_sm90_scheduler.cu (the scheduler at decode),
-// bench_sm90_report.cu (tables, targets, JSON), bench_sm90.cu (the run).
+// bench_sm90_report.cu (tables, targets, JSON, and the workspace study, which is computed from
+// the parts' declared workspaces, not timed), bench_sm90.cu (the run).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -190,6 +191,50 @@ struct SchedulerCase {
 // then the same sm90 kernel with each scheduler against the precomputed-list ideal.
 void run_scheduler_case(Env& env, SchedulerCase& c, const Weights& w, uint64_t seed);
 
+// ---- peak workspace bytes per forward (bench_sm90_report.cu) ----------------------------------
+
+// The full MoE layers behind the three FC1 shapes: w13 (E, 2N, K), w2 (E, K, N), every token
+// routed to 8 experts; no expert parallelism (E_local = E).
+inline constexpr int64_t kLayerTopk = 8;
+inline constexpr int64_t kWorkspaceMs[] = {1, 16, 128, 1024, 8192};
+
+// One Experts part's memory for one forward of M tokens, as ModularKernel::forward allocates
+// it (src/core/modular_kernel.cpp): workspace13 and workspace2 for a chunk of tokens, plus the
+// fused-output buffer when the part's output cannot go straight into the caller's output or
+// into workspace13. The P/F's quantized input (a1q) and the caller's output are not counted.
+struct WorkspacePart {
+  const char* name = "";
+  std::string skipped;  // the part refused the config (check_part / config_check), or not here
+  std::string error;    // building it or workspace_shapes() threw
+  int64_t chunk = 0;    // tokens per apply(): the workspaces are sized for this many
+  int64_t ws13_bytes = -1, ws2_bytes = -1;
+  int64_t output_bytes = -1;  // the fused-output buffer forward allocates besides (often 0)
+
+  bool ok() const { return skipped.empty() && error.empty() && ws13_bytes >= 0; }
+  int64_t total_bytes() const { return ok() ? ws13_bytes + ws2_bytes + output_bytes : -1; }
+};
+
+struct WorkspaceCase {
+  const Fc1Shape* shape = nullptr;
+  DType dtype = DType::bf16;  // bf16: unquantized; fp8_e4m3: the fp8_block scheme
+  int64_t M = 0;
+  // M * topk * (max(2N, K) + max(N, K)) elements of 2 bytes: the GEMM1 output (2N) / GEMM2
+  // output (K) buffer and the activation output (N) buffer of an unfused path. Those hold GEMM
+  // outputs, which an unfused fp8 path keeps in bf16 too (only the operands are e4m3), so fp8
+  // counts 2 bytes as well: counting 1 would understate the unfused path.
+  double unfused_bytes = 0;
+  WorkspacePart sm90, portable;  // "Sm90Experts", "CudaExperts"
+
+  static double ratio(const WorkspacePart& p, double reference) {
+    return p.ok() ? double(p.total_bytes()) / reference : NAN;
+  }
+};
+
+// Every shape x kWorkspaceMs x {bf16, fp8 block}, from the parts' workspace_shapes() on GPU 0
+// (the CUB scratch size they include is the device's). Never throws: a part that fails records
+// its error in its row.
+std::vector<WorkspaceCase> run_workspace_study(const Env& env);
+
 // ---- report (bench_sm90_report.cu) --------------------------------------------------------------
 
 // "-" for a variant that did not run or time, "n/a" for one the kernel declined.
@@ -203,6 +248,8 @@ std::string scheduler_json(const SchedulerCase& c, double read_bw);
 
 void print_fc1_table(const std::vector<Fc1Case>& cases, const Env& env);
 void print_scheduler_table(const std::vector<SchedulerCase>& cases, const Env& env);
+void print_workspace_table(const std::vector<WorkspaceCase>& cases);
+std::string workspace_json(const WorkspaceCase& c);
 
 // The targets, from the measured cases (NAN where the case did not run).
 struct Targets {

@@ -1,15 +1,21 @@
-// `modmoe-bench --gemm`, the report: the cases as JSON, the FC1 and scheduler tables, and the
-// issue's targets evaluated from the measured cases (reported, never failed).
+// `modmoe-bench --gemm`, the report: the cases as JSON, the FC1 and scheduler tables, the
+// issue's targets evaluated from the measured cases (reported, never failed), and the peak
+// workspace of a forward per Experts part (computed from workspace_shapes(), not timed).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench_json.h"
 #include "bench_sm90_cases.h"
+#include "modmoe/experts.h"
+#include "modmoe/moe_gemm.h"
+#include "modmoe/registry.h"
 
 namespace modmoe::bench::gemm_bench {
 
@@ -281,6 +287,196 @@ std::string targets_json(const Targets& t) {
       .num("decode_stream_fraction_min", t.decode_stream_min)
       .num("decode_stream_fraction_target", kDecodeStreamTarget);
   return j.dump(2);
+}
+
+// ---- peak workspace bytes per forward ----------------------------------------------------------
+
+namespace {
+
+// The layer as the Experts parts see it: bf16 hidden states, silu gated in GateUp order (the
+// three models' MLP), unquantized or fp8 block-scaled (1x128 activations, 128x128 weights).
+MoEConfig layer_config(const Fc1Shape& s, DType dtype) {
+  MoEConfig c;
+  c.num_experts = s.E;
+  c.num_local_experts = s.E;
+  c.hidden_size = s.K;
+  c.intermediate_size = s.N2 / 2;
+  c.topk = kLayerTopk;
+  c.in_dtype = DType::bf16;
+  c.quant.scheme = dtype == DType::bf16 ? QuantScheme::none : QuantScheme::fp8_block;
+  c.activation = Activation::silu;
+  c.gated_layout = GatedLayout::GateUp;
+  return c;
+}
+
+int64_t shape_bytes(const Shape& shape, DType dtype) {
+  return shape_numel(shape) * static_cast<int64_t>(dtype_size(dtype));
+}
+
+// Builds the part by name through the registry and sizes what ModularKernel::forward would
+// allocate for it on M tokens (NoEP, standard format), following src/core/modular_kernel.cpp:
+// the workspaces of one chunk, and the fused output in the caller's output (a NoOp-reducing
+// part writing (M, K) in the input dtype), in workspace13 (when the part allows it and it fits),
+// or in a buffer of its own.
+void size_part(WorkspacePart& p, const char* name, const MoEConfig& cfg, int64_t M,
+               const Context& ctx) {
+  p.name = name;
+  const ExpertsEntry* entry = find_experts(name);
+  if (entry == nullptr) {
+    p.skipped = "not registered";
+    return;
+  }
+  if (std::find(entry->caps.backends.begin(), entry->caps.backends.end(), Backend::cuda) ==
+      entry->caps.backends.end()) {
+    p.skipped = "no CUDA implementation";
+    return;
+  }
+  if (const Compatibility r = check_config(cfg); !r) {
+    p.skipped = r.reason;
+    return;
+  }
+  if (const Compatibility r = check_part(entry->caps, cfg); !r) {
+    p.skipped = r.reason;
+    return;
+  }
+  if (entry->caps.hopper_only && !moe_gemm_sm90_available(ctx)) {
+    p.skipped = "needs an sm_90 device and the sm_90a kernels";
+    return;
+  }
+  try {
+    const std::shared_ptr<Experts> experts = entry->make(cfg, Backend::cuda);
+    const int64_t N = cfg.intermediate_size, K = cfg.hidden_size, E = cfg.num_experts,
+                  E_local = cfg.num_local_experts, topk = cfg.topk;
+    p.chunk =
+        (experts->supports_chunking() && ctx.chunk_size > 0) ? std::min(M, ctx.chunk_size) : M;
+    const WorkspaceShapes ws = experts->workspace_shapes(p.chunk, N, K, topk, E, E_local, nullptr);
+    const WorkspaceShapes full =
+        p.chunk == M ? ws : experts->workspace_shapes(M, N, K, topk, E, E_local, nullptr);
+    p.ws13_bytes = shape_bytes(ws.workspace13, ws.workspace_dtype);
+    p.ws2_bytes = shape_bytes(ws.workspace2, ws.workspace_dtype);
+    const int64_t fused_bytes = shape_bytes(full.output, full.output_dtype);
+    const bool into_output =
+        experts->finalize_weight_and_reduce_impl()->kind() == WeightAndReduceKind::NoOp &&
+        experts->activation_formats().first == ActivationFormat::Standard &&
+        full.output == Shape{M, K} && full.output_dtype == cfg.in_dtype;
+    const bool into_ws13 =
+        experts->workspace13_reusable_for_output() && p.chunk == M && fused_bytes <= p.ws13_bytes;
+    p.output_bytes = (into_output || into_ws13) ? 0 : fused_bytes;
+  } catch (const std::exception& e) {
+    p.error = e.what();
+  } catch (...) {
+    p.error = "unknown exception";
+  }
+  if (!p.error.empty()) p.ws13_bytes = p.ws2_bytes = p.output_bytes = -1;
+}
+
+// Mebibytes with about three significant digits, "-" for a part that has no number.
+std::string mib(int64_t bytes) {
+  if (bytes < 0) return "-";
+  const double v = double(bytes) / double(1 << 20);
+  return number(v, v < 10 ? "%.3f" : v < 1000 ? "%.1f" : "%.0f");
+}
+
+// "" when the part sized, else its state for the notes column. A long error keeps its end,
+// where MODMOE_CUDA_CHECK puts the CUDA error and the place.
+std::string part_note(const char* label, const WorkspacePart& p) {
+  if (!p.error.empty()) {
+    const size_t keep = 100;
+    const std::string tail =
+        p.error.size() > keep ? "..." + p.error.substr(p.error.size() - keep) : p.error;
+    return std::string(label) + ":ERROR " + tail + " ";
+  }
+  if (!p.skipped.empty()) return std::string(label) + ":skipped (" + p.skipped + ") ";
+  if (p.output_bytes > 0) return std::string(label) + ":+out " + mib(p.output_bytes) + " MiB ";
+  return "";
+}
+
+std::string part_json(const WorkspacePart& p, double unfused_bytes) {
+  JsonObject j;
+  j.str("experts", p.name);
+  if (!p.skipped.empty()) return j.str("skipped", p.skipped).dump(6);
+  if (!p.error.empty()) return j.str("error", p.error).dump(6);
+  return j.num("chunk_tokens", p.chunk)
+      .num("workspace13_bytes", p.ws13_bytes)
+      .num("workspace2_bytes", p.ws2_bytes)
+      .num("output_buffer_bytes", p.output_bytes)
+      .num("total_bytes", p.total_bytes())
+      .num("ratio_to_unfused", WorkspaceCase::ratio(p, unfused_bytes))
+      .dump(6);
+}
+
+}  // namespace
+
+std::vector<WorkspaceCase> run_workspace_study(const Env& env) {
+  std::vector<WorkspaceCase> cases;
+  for (const Fc1Shape& s : kFc1Shapes) {
+    for (DType dtype : {DType::bf16, DType::fp8_e4m3}) {
+      const MoEConfig cfg = layer_config(s, dtype);
+      const int64_t N = cfg.intermediate_size, K = cfg.hidden_size;
+      for (int64_t M : kWorkspaceMs) {
+        WorkspaceCase c;
+        c.shape = &s;
+        c.dtype = dtype;
+        c.M = M;
+        c.unfused_bytes =
+            double(M) * double(kLayerTopk) * double(std::max(2 * N, K) + std::max(N, K)) * 2.0;
+        size_part(c.sm90, "Sm90Experts", cfg, M, env.ctx);
+        size_part(c.portable, "CudaExperts", cfg, M, env.ctx);
+        cases.push_back(std::move(c));
+      }
+    }
+  }
+  return cases;
+}
+
+void print_workspace_table(const std::vector<WorkspaceCase>& cases) {
+  bool any_output_buffer = false;
+  for (const WorkspaceCase& c : cases)
+    any_output_buffer |= c.sm90.output_bytes > 0 || c.portable.output_bytes > 0;
+  std::printf(
+      "\nPeak workspace per forward (MoE layer, topk %lld, E_local = E; MiB = 2^20 B): "
+      "workspace13 + workspace2 from workspace_shapes() at forward's chunk size%s\n",
+      static_cast<long long>(kLayerTopk),
+      any_output_buffer ? ", + the fused-output buffer where notes say +out"
+                        : "; workspaces only: both parts reduce into the caller's (M, K) "
+                          "output, so forward allocates no fused-output buffer");
+  std::printf(
+      "unfused = M*topk*(max(2N,K) + max(N,K)) elements x 2 B, bf16 and fp8 alike (those "
+      "buffers hold GEMM outputs, bf16 in an unfused fp8 path too; only GEMM operands are "
+      "e4m3); s/unf, p/unf = the part's total / unfused\n");
+  std::printf("%-16s %-4s %5s %11s %9s %9s %9s %6s %9s %9s %9s %6s %s\n", "shape", "dt", "M",
+              "unfused_MiB", "sm90_ws13", "sm90_ws2", "sm90_MiB", "s/unf", "port_ws13", "port_ws2",
+              "port_MiB", "p/unf", "notes");
+  for (const WorkspaceCase& c : cases) {
+    std::printf("%-16s %-4s %5lld %11s %9s %9s %9s %6s %9s %9s %9s %6s %s%s\n", c.shape->name,
+                dtype_label(c.dtype), static_cast<long long>(c.M),
+                mib(static_cast<int64_t>(c.unfused_bytes)).c_str(), mib(c.sm90.ws13_bytes).c_str(),
+                mib(c.sm90.ws2_bytes).c_str(), mib(c.sm90.total_bytes()).c_str(),
+                number(WorkspaceCase::ratio(c.sm90, c.unfused_bytes), "%.2f").c_str(),
+                mib(c.portable.ws13_bytes).c_str(), mib(c.portable.ws2_bytes).c_str(),
+                mib(c.portable.total_bytes()).c_str(),
+                number(WorkspaceCase::ratio(c.portable, c.unfused_bytes), "%.2f").c_str(),
+                part_note("sm90", c.sm90).c_str(), part_note("port", c.portable).c_str());
+  }
+}
+
+std::string workspace_json(const WorkspaceCase& c) {
+  const Fc1Shape& s = *c.shape;
+  JsonObject j;
+  j.str("shape", s.name)
+      .num("E", s.E)
+      .num("K", s.K)
+      .num("N", s.N2 / 2)
+      .num("topk", kLayerTopk)
+      .str("dtype", dtype_label(c.dtype))
+      .str("scheme", c.dtype == DType::bf16 ? "none" : "fp8-block")
+      .num("M", c.M)
+      .num("pairs", c.M * kLayerTopk)
+      .num("unfused_bytes", c.unfused_bytes)
+      .num("unfused_element_bytes", int64_t(2))
+      .add("sm90", part_json(c.sm90, c.unfused_bytes))
+      .add("portable", part_json(c.portable, c.unfused_bytes));
+  return j.dump(4);
 }
 
 }  // namespace modmoe::bench::gemm_bench
