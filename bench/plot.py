@@ -184,6 +184,21 @@ def place_legend(fig, first_ax, handles: list) -> None:
         first_ax.legend(handles=handles, fontsize=8, loc="upper left")
 
 
+def style_time_axis(ax, model, cases):
+    """Title, log axes and labels of one model's time-vs-M panel."""
+    first = next(c for c in cases if c["model"] == model)
+    ax.set_title(f"{model}  (E={first['E']}, topk={first['topk']}, "
+                 f"K={first['K']}, N={first['N']})", fontsize=10)  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
+    ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
+    ax.set_xlabel("M (tokens)")
+    ax.set_ylabel("time per forward (µs)")
+    ax.grid(True, which="major", alpha=0.35)
+    ax.grid(True, which="minor", alpha=0.12)
+
+
 def plot_time_vs_m(results: dict, cases: list, path: str) -> None:
     models = ordered(c["model"] for c in cases)
     quants = ordered(c["quant"] for c in cases)
@@ -207,17 +222,7 @@ def plot_time_vs_m(results: dict, cases: list, path: str) -> None:
             if base:
                 ax.plot(*zip(*base), color=color, ls=":", lw=1.3, alpha=0.8,
                         label=f"cuBLAS loop {quant_label(quant)}")  # fmt: skip
-        first = next(c for c in cases if c["model"] == model)
-        ax.set_title(f"{model}  (E={first['E']}, topk={first['topk']}, "
-                     f"K={first['K']}, N={first['N']})", fontsize=10)  # fmt: skip
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
-        ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
-        ax.set_xlabel("M (tokens)")
-        ax.set_ylabel("time per forward (µs)")
-        ax.grid(True, which="major", alpha=0.35)
-        ax.grid(True, which="minor", alpha=0.12)
+        style_time_axis(ax, model, cases)
     handles, _ = axes[0].get_legend_handles_labels()
     if any_other:
         handles.append(other_experts_handle(cases, main))
@@ -267,17 +272,7 @@ def plot_time_vs_m_compare(results: dict, cases: list, name: str, other: dict, o
                 ax.plot([c["M"] for c in theirs], [c["time_us"] for c in theirs], color=color,
                         marker=marker, markersize=3.5, ls="--", lw=1.3, alpha=0.75,
                         label=f"{other_name} {quant_label(quant)}")  # fmt: skip
-        first = next(c for c in cases if c["model"] == model)
-        ax.set_title(f"{model}  (E={first['E']}, topk={first['topk']}, "
-                     f"K={first['K']}, N={first['N']})", fontsize=10)  # fmt: skip
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
-        ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
-        ax.set_xlabel("M (tokens)")
-        ax.set_ylabel("time per forward (µs)")
-        ax.grid(True, which="major", alpha=0.35)
-        ax.grid(True, which="minor", alpha=0.12)
+        style_time_axis(ax, model, cases)
     handles, _ = axes[0].get_legend_handles_labels()
     if any_other:
         handles.append(other_experts_handle(cases, main))
