@@ -25,10 +25,14 @@ const std::vector<DType> kFloatDTypes = {DType::bf16, DType::fp16, DType::fp32};
 const std::vector<QuantScheme> kAllSchemes = {QuantScheme::none, QuantScheme::fp8_tensor,
                                               QuantScheme::fp8_token, QuantScheme::fp8_block,
                                               QuantScheme::mxfp8};
-const std::vector<Activation> kAllActivations = {
-    Activation::silu,        Activation::gelu,        Activation::gelu_tanh,
-    Activation::swigluoai,   Activation::silu_no_mul, Activation::gelu_no_mul,
-    Activation::gelu_tanh_no_mul, Activation::swigluoai_no_mul};
+const std::vector<Activation> kAllActivations = {Activation::silu,
+                                                 Activation::gelu,
+                                                 Activation::gelu_tanh,
+                                                 Activation::swigluoai,
+                                                 Activation::silu_no_mul,
+                                                 Activation::gelu_no_mul,
+                                                 Activation::gelu_tanh_no_mul,
+                                                 Activation::swigluoai_no_mul};
 const std::vector<GatedLayout> kAllLayouts = {GatedLayout::GateUp, GatedLayout::UpGate,
                                               GatedLayout::Interleaved};
 
@@ -65,8 +69,7 @@ std::shared_ptr<PrepareAndFinalize> make_noep_prepare_finalize(const MoEConfig& 
   return std::make_shared<cpu::NoEPPrepareAndFinalize>(cfg);
 }
 
-std::shared_ptr<PrepareAndFinalize> make_batched_prepare_finalize(const MoEConfig& cfg,
-                                                                  Backend b) {
+std::shared_ptr<PrepareAndFinalize> make_batched_prepare_finalize(const MoEConfig& cfg, Backend b) {
   if (b == Backend::cuda) {
 #ifdef MODMOE_WITH_CUDA
     return std::make_shared<cuda::BatchedPrepareAndFinalize>(cfg);
@@ -149,8 +152,8 @@ PartCapabilities cuda_experts_part(const char* name, ActivationFormat format) {
 std::vector<PrepareFinalizeEntry> build_prepare_finalize() {
   std::vector<PrepareFinalizeEntry> parts;
   {
-    PartCapabilities c = cpu_part("NoEPPrepareAndFinalize", PartKind::prepare_finalize,
-                                  ActivationFormat::Standard);
+    PartCapabilities c =
+        cpu_part("NoEPPrepareAndFinalize", PartKind::prepare_finalize, ActivationFormat::Standard);
     c.backends = {Backend::cpu, Backend::cuda};
     c.graph_capturable = true;  // on cuda; nothing to capture on the CPU
     c.chunking = true;
@@ -174,8 +177,7 @@ std::vector<ExpertsEntry> build_experts() {
   // Best first: "auto" takes the first compatible one on the requested backend.
   for (ActivationFormat format : {ActivationFormat::Standard, ActivationFormat::Batched}) {
     const bool standard = format == ActivationFormat::Standard;
-    PartCapabilities c =
-        cuda_experts_part(standard ? "Sm90Experts" : "BatchedSm90Experts", format);
+    PartCapabilities c = cuda_experts_part(standard ? "Sm90Experts" : "BatchedSm90Experts", format);
     c.in_dtypes = {DType::bf16};
     c.quant_schemes = {QuantScheme::none, QuantScheme::fp8_block};
     c.static_act_scale = false;
@@ -204,12 +206,14 @@ std::vector<ExpertsEntry> build_experts() {
     PartCapabilities c = cuda_experts_part("BatchedCudaExperts", ActivationFormat::Batched);
     c.chunking = false;
     c.weight_and_reduce = WeightAndReduceKind::Delegate;
-    c.summary = "packs rows < expert_num_tokens on the device, mma.sync grouped GEMMs; "
-                "finalize reduces";
+    c.summary =
+        "packs rows < expert_num_tokens on the device, mma.sync grouped GEMMs; "
+        "finalize reduces";
     parts.push_back({c, make_batched_cuda_experts});
   }
   {
-    PartCapabilities c = cpu_part("ReferenceExperts", PartKind::experts, ActivationFormat::Standard);
+    PartCapabilities c =
+        cpu_part("ReferenceExperts", PartKind::experts, ActivationFormat::Standard);
     c.chunking = true;
     c.weight_and_reduce = WeightAndReduceKind::NoOp;
     c.summary = "permute, blocked OpenMP GEMMs (fp32 accumulate), reduces itself";
@@ -267,11 +271,13 @@ const ExpertsEntry* find_experts(const std::string& name) {
 
 Compatibility check_config(const MoEConfig& c) {
   std::ostringstream s;
-  if (c.num_experts <= 0) s << "num_experts must be > 0, got " << c.num_experts;
+  if (c.num_experts <= 0)
+    s << "num_experts must be > 0, got " << c.num_experts;
   else if (c.num_local_experts <= 0 || c.num_local_experts > c.num_experts)
     s << "num_local_experts must be in [1, num_experts=" << c.num_experts << "], got "
       << c.num_local_experts;
-  else if (c.hidden_size <= 0) s << "hidden_size K must be > 0, got " << c.hidden_size;
+  else if (c.hidden_size <= 0)
+    s << "hidden_size K must be > 0, got " << c.hidden_size;
   else if (c.intermediate_size <= 0)
     s << "intermediate_size N must be > 0, got " << c.intermediate_size;
   else if (c.topk < 1 || c.topk > c.num_experts)
@@ -339,6 +345,17 @@ Compatibility check_compatibility(const PartCapabilities& pf, const PartCapabili
   return {};
 }
 
+Compatibility check_compatibility(const PartCapabilities& pf, const PartCapabilities& ex,
+                                  const MoEConfig& c, Device device) {
+  if (Compatibility r = check_compatibility(pf, ex, c, backend_of(device)); !r) return r;
+  for (const PartCapabilities* part : {&pf, &ex}) {
+    if (part->hopper_only && !hopper_device(device))
+      return no(part->name + " needs an sm_90 device and a build with the sm_90a kernels; " +
+                device.str() + " is not one");
+  }
+  return Compatibility{};
+}
+
 ModularKernel make_modular_kernel(const std::string& pf_name, const std::string& experts_name,
                                   const MoEConfig& config, SharedExpertsFn shared_experts) {
   return make_modular_kernel(pf_name, experts_name, config, Device::cpu(),
@@ -356,8 +373,8 @@ ModularKernel make_modular_kernel(const std::string& pf_name, const std::string&
         << " was requested but no CUDA device is available (cuda_device_count() = "
         << cuda_device_count() << ")";
     MODMOE_CHECK(device.index >= 0 && device.index < cuda_device_count())
-        << "make_modular_kernel: device index must be in [0, " << cuda_device_count()
-        << "), got " << device.str();
+        << "make_modular_kernel: device index must be in [0, " << cuda_device_count() << "), got "
+        << device.str();
 #else
     MODMOE_FAIL() << "make_modular_kernel: device " << device.str()
                   << " was requested but this build has no CUDA backend";
@@ -370,11 +387,7 @@ ModularKernel make_modular_kernel(const std::string& pf_name, const std::string&
   std::string reasons;
   if (experts_name == "auto") {
     for (const auto& candidate : experts_registry()) {  // registered best-first
-      if (candidate.caps.hopper_only && !hopper_device(device)) {
-        reasons += "\n  " + candidate.caps.name + " needs an sm_90 device and sm_90a kernels";
-        continue;
-      }
-      Compatibility r = check_compatibility(pf->caps, candidate.caps, config, backend);
+      Compatibility r = check_compatibility(pf->caps, candidate.caps, config, device);
       if (r) {
         ex = &candidate;
         break;
@@ -388,12 +401,9 @@ ModularKernel make_modular_kernel(const std::string& pf_name, const std::string&
     ex = find_experts(experts_name);
     MODMOE_CHECK(ex != nullptr) << "make_modular_kernel: unknown Experts '" << experts_name
                                 << "' (modmoe-check --list shows the registered parts)";
-    Compatibility r = check_compatibility(pf->caps, ex->caps, config, backend);
+    Compatibility r = check_compatibility(pf->caps, ex->caps, config, device);
     MODMOE_CHECK(r.ok) << "make_modular_kernel: " << pf_name << " + " << experts_name
                        << " do not compose: " << r.reason;
-    MODMOE_CHECK(!ex->caps.hopper_only || hopper_device(device))
-        << "make_modular_kernel: " << experts_name << " needs an sm_90 device and a build with "
-        << "the sm_90a kernels; " << device.str() << " is not one";
   }
   return ModularKernel(pf->make(config, backend), ex->make(config, backend),
                        std::move(shared_experts));
@@ -413,8 +423,9 @@ std::string describe(const PartCapabilities& p) {
     << "\n    dtypes=" << join(p.in_dtypes, dtype_name)
     << " quant=" << join(p.quant_schemes, quant_scheme_name)
     << " static_scale=" << (p.static_act_scale ? "yes" : "no")
-    << " block_quant=" << (p.block_quant ? "yes" : "no") << "\n    expert_map="
-    << (p.expert_map ? "yes" : "no") << " chunking=" << (p.chunking ? "yes" : "no")
+    << " block_quant=" << (p.block_quant ? "yes" : "no")
+    << "\n    expert_map=" << (p.expert_map ? "yes" : "no")
+    << " chunking=" << (p.chunking ? "yes" : "no")
     << " graph_capturable=" << (p.graph_capturable ? "yes" : "no")
     << " ranks_needed=" << p.ranks_needed << " align(K,N)=(" << p.k_alignment << ","
     << p.n_alignment << ")";

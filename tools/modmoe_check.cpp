@@ -144,7 +144,7 @@ enum class Outcome { pass, fail, incompatible };
 // itself).
 Outcome check_pair(const PrepareFinalizeEntry& pf, const ExpertsEntry& ex, const MoEConfig& config,
                    const std::string& where, Device device) {
-  const Compatibility compat = check_compatibility(pf.caps, ex.caps, config, backend_of(device));
+  const Compatibility compat = check_compatibility(pf.caps, ex.caps, config, device);
   if (compat) return Outcome::pass;
   std::cout << "INCOMPATIBLE " << pf.caps.name << " + " << ex.caps.name << where << ": "
             << compat.reason << "\n";
@@ -270,9 +270,8 @@ int run_one(const Options& o) {
   if (o.experts_type == "auto") {
     std::string reasons;
     for (const auto& candidate : experts_registry()) {  // registered best-first
-      const Compatibility r = check_compatibility(pf->caps, candidate.caps,
-                                                  config_for_pair(pf->caps, candidate.caps, o.spec),
-                                                  backend_of(o.device));
+      const Compatibility r = check_compatibility(
+          pf->caps, candidate.caps, config_for_pair(pf->caps, candidate.caps, o.spec), o.device);
       if (r) {
         ex = &candidate;
         break;

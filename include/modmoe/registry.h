@@ -22,8 +22,8 @@ struct PartCapabilities {
   PartKind kind = PartKind::experts;
   std::vector<Backend> backends;  // a part may exist on several backends under one name
   ActivationFormat format = ActivationFormat::Standard;  // P/F output = Experts input format
-  std::vector<DType> in_dtypes;            // hidden-state dtypes
-  std::vector<QuantScheme> quant_schemes;  // activation/weight schemes
+  std::vector<DType> in_dtypes;                          // hidden-state dtypes
+  std::vector<QuantScheme> quant_schemes;                // activation/weight schemes
   bool static_act_scale = false;           // accepts static activation scales (fp8_tensor)
   bool block_quant = false;                // fp8 128-block or MX-32 scales
   bool expert_map = false;                 // handles expert_map (EP-style local subsets)
@@ -55,9 +55,7 @@ struct ExpertsEntry {
 };
 
 // The backend that runs on `device`.
-inline Backend backend_of(Device device) {
-  return device.is_cuda() ? Backend::cuda : Backend::cpu;
-}
+inline Backend backend_of(Device device) { return device.is_cuda() ? Backend::cuda : Backend::cpu; }
 
 const std::vector<PrepareFinalizeEntry>& prepare_finalize_registry();
 const std::vector<ExpertsEntry>& experts_registry();
@@ -80,6 +78,12 @@ Compatibility check_part(const PartCapabilities& part, const MoEConfig& config);
 Compatibility check_compatibility(const PartCapabilities& prepare_finalize,
                                   const PartCapabilities& experts, const MoEConfig& config,
                                   Backend backend = Backend::cpu);
+// The same on one device: check_compatibility on the device's backend, then what the device
+// itself must have (a hopper_only part needs an sm_90 device and a build with the sm_90a
+// kernels). make_modular_kernel decides with this one; so do the checker and the tests.
+Compatibility check_compatibility(const PartCapabilities& prepare_finalize,
+                                  const PartCapabilities& experts, const MoEConfig& config,
+                                  Device device);
 
 // Builds the kernel from registered names; experts = "auto" picks the best compatible experts
 // for the P/F and config. Throws Error carrying the compatibility reason.

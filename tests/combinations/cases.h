@@ -21,17 +21,16 @@ namespace modmoe::combinations {
 
 struct Shape5 {
   int64_t M, topk, E, K, N;
-  int64_t chunk_size;     // Context::chunk_size; < M splits the tokens
-  int64_t E_local;        // < E: an expert_map routes some pairs elsewhere
+  int64_t chunk_size;  // Context::chunk_size; < M splits the tokens
+  int64_t E_local;     // < E: an expert_map routes some pairs elsewhere
 };
 
 // Covers every value of every dimension the architecture page asks for (M in {1, 7, 64, 300},
 // topk in {1, 2, 8}, E in {8, 64}, aligned and odd K/N, chunking, expert_map) without the full
 // cartesian product, so the suite stays fast on two cores.
 inline const std::vector<Shape5> kShapes = {
-    {1, 1, 8, 128, 128, 0, 8},       {7, 2, 8, 256, 128, 0, 8},
-    {64, 8, 64, 128, 256, 0, 64},    {300, 2, 8, 128, 128, 128, 8},
-    {64, 8, 8, 2880, 160, 0, 8},     {7, 1, 64, 200, 72, 0, 64},
+    {1, 1, 8, 128, 128, 0, 8},       {7, 2, 8, 256, 128, 0, 8},    {64, 8, 64, 128, 256, 0, 64},
+    {300, 2, 8, 128, 128, 128, 8},   {64, 8, 8, 2880, 160, 0, 8},  {7, 1, 64, 200, 72, 0, 64},
     {300, 8, 64, 128, 128, 100, 64}, {64, 2, 64, 256, 128, 0, 24},
 };
 
@@ -46,11 +45,16 @@ inline const std::vector<QuantCase> kQuantCases = {
     {DType::bf16, {QuantScheme::fp8_block, false}}, {DType::bf16, {QuantScheme::mxfp8, false}},
 };
 
-inline const Activation kActivations[] = {Activation::silu,          Activation::gelu,
-                                   Activation::swigluoai,     Activation::silu_no_mul,
-                                   Activation::gelu_tanh,     Activation::gelu_no_mul,
-                                   Activation::swigluoai_no_mul, Activation::gelu_tanh_no_mul};
-inline const GatedLayout kLayouts[] = {GatedLayout::GateUp, GatedLayout::UpGate, GatedLayout::Interleaved};
+inline const Activation kActivations[] = {Activation::silu,
+                                          Activation::gelu,
+                                          Activation::swigluoai,
+                                          Activation::silu_no_mul,
+                                          Activation::gelu_tanh,
+                                          Activation::gelu_no_mul,
+                                          Activation::swigluoai_no_mul,
+                                          Activation::gelu_tanh_no_mul};
+inline const GatedLayout kLayouts[] = {GatedLayout::GateUp, GatedLayout::UpGate,
+                                       GatedLayout::Interleaved};
 
 struct Case {
   std::string pf, experts;
@@ -62,7 +66,8 @@ inline std::vector<Case> all_cases() {
   for (const auto& pf : prepare_finalize_registry())
     for (const auto& ex : experts_registry())
       for (size_t s = 0; s < kShapes.size(); ++s)
-        for (size_t q = 0; q < kQuantCases.size(); ++q) cases.push_back({pf.caps.name, ex.caps.name, s, q});
+        for (size_t q = 0; q < kQuantCases.size(); ++q)
+          cases.push_back({pf.caps.name, ex.caps.name, s, q});
   return cases;
 }
 
@@ -110,7 +115,8 @@ inline std::string case_name(const ::testing::TestParamInfo<Case>& info) {
     }
     return s;
   };
-  return short_name(c.pf) + "_" + short_name(c.experts) + "_shape" + std::to_string(c.shape) + "_" + q;
+  return short_name(c.pf) + "_" + short_name(c.experts) + "_shape" + std::to_string(c.shape) + "_" +
+         q;
 }
 
 // Runs `kernel` on the problem with `chunk_size` and leaves the result in p.output (host).
@@ -121,8 +127,9 @@ using RunForward =
 inline void check_case(const Case& c, Device device, const RunForward& run) {
   const testing::ProblemSpec spec = make_spec(c);
   const MoEConfig& cfg = spec.config;
-  const Compatibility compat = check_compatibility(
-      find_prepare_finalize(c.pf)->caps, find_experts(c.experts)->caps, cfg, backend_of(device));
+  // On the device: a Hopper-only part on another GPU must be refused, with the reason.
+  const Compatibility compat = check_compatibility(find_prepare_finalize(c.pf)->caps,
+                                                   find_experts(c.experts)->caps, cfg, device);
   if (!compat) {
     try {
       make_modular_kernel(c.pf, c.experts, cfg, device);

@@ -13,6 +13,7 @@
 #include "cpu/reference_experts.h"
 #include "modmoe/error.h"
 #include "modmoe/modular_kernel.h"
+#include "modmoe/moe_gemm.h"
 #include "modmoe/registry.h"
 #include "validation_helpers.h"
 
@@ -182,6 +183,24 @@ TEST(ValidationKernel, BatchedPrepareFinalizeNeedsMaxNumTokens) {
   EXPECT_MODMOE_ERROR(cpu::BatchedPrepareAndFinalize{config},
                       HasSubstr("BatchedPrepareAndFinalize: config.max_num_tokens must be > 0"),
                       HasSubstr("got 0"));
+}
+
+// Capabilities alone say the Hopper experts compose on CUDA; on a device, they need an sm_90
+// one (and the sm_90a kernels), and the refusal says so (CI has no GPU: refused there).
+TEST(ValidationRegistry, HopperOnlyPartsNeedAHopperDevice) {
+  MoEConfig cfg = small_config();
+  cfg.intermediate_size = 64;  // the Hopper experts want K and N multiples of 16
+  const PartCapabilities& pf = find_prepare_finalize("NoEPPrepareAndFinalize")->caps;
+  const PartCapabilities& ex = find_experts("Sm90Experts")->caps;
+  ASSERT_TRUE(ex.hopper_only);
+  EXPECT_TRUE(check_compatibility(pf, ex, cfg, Backend::cuda)) << "capabilities alone";
+  Context on_gpu;
+  on_gpu.device = Device::cuda(0);
+  const Compatibility r = check_compatibility(pf, ex, cfg, Device::cuda(0));
+  EXPECT_EQ(bool(r), moe_gemm_sm90_available(on_gpu));
+  if (!r) EXPECT_THAT(r.reason, ::testing::HasSubstr("Sm90Experts needs an sm_90 device"));
+  EXPECT_THAT(check_compatibility(pf, ex, cfg, Device::cpu()).reason,
+              ::testing::HasSubstr("Sm90Experts has no cpu implementation"));
 }
 
 }  // namespace
