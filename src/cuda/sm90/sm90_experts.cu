@@ -140,12 +140,19 @@ std::string sm90_experts_unsupported(const MoEConfig& c) {
   return why.str();
 }
 
+namespace {
+// What both constructors accept: the CUDA experts' configs that the Hopper kernels run.
+void check_sm90_config(const char* name, const MoEConfig& c) {
+  check_experts_config(name, c);
+  const std::string why = sm90_experts_unsupported(c);
+  MODMOE_CHECK(why.empty()) << name << ": " << why;
+}
+}  // namespace
+
 // ---- Sm90Experts -----------------------------------------------------------------------------
 
 Sm90Experts::Sm90Experts(const MoEConfig& config) : Experts(config) {
-  check_experts_config("Sm90Experts", config);
-  const std::string why = sm90_experts_unsupported(config);
-  MODMOE_CHECK(why.empty()) << "Sm90Experts: " << why;
+  check_sm90_config("Sm90Experts", config);
 }
 
 WorkspaceShapes Sm90Experts::workspace_shapes(int64_t M, int64_t, int64_t K, int64_t, int64_t,
@@ -216,9 +223,7 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
 
 BatchedSm90Experts::BatchedSm90Experts(const MoEConfig& config, int num_dispatchers)
     : Experts(config), num_dispatchers_(num_dispatchers) {
-  check_experts_config("BatchedSm90Experts", config);
-  const std::string why = sm90_experts_unsupported(config);
-  MODMOE_CHECK(why.empty()) << "BatchedSm90Experts: " << why;
+  check_sm90_config("BatchedSm90Experts", config);
   check_batched_experts("BatchedSm90Experts", config, num_dispatchers);
 }
 
