@@ -102,15 +102,15 @@ Maps make_maps(const GemmArgs& g, const TileEntry& tile) {
     const cuuint32_t box[3] = {bk, cuuint32_t(tile.bn), 1};
     m.b = make_map(g.b, g.ab_dtype, 3, dims, strides, box, "b");
   } else {
-    // (K, 8 rows, 2 halves, N/8 groups, E): a box lands as [group][half][8 rows][K], so the
-    // two halves' rows of the same output columns sit in the same 16-row slab.
+    // (K, half, N, E): one box is BN/2 rows of one half (gate or up) for the tile's output
+    // columns; the kernel loads the gate box, then the up box. The layouts differ in strides.
     const int64_t N = g.N_b / 2;
     const bool interleaved = g.gated_layout == GatedLayout::Interleaved;
-    const cuuint64_t dims[5] = {cuuint64_t(g.K), 8, 2, cuuint64_t(N / 8), cuuint64_t(g.E)};
-    const cuuint64_t strides[4] = {interleaved ? 2 * row : row, interleaved ? row : row * N,
-                                   interleaved ? 16 * row : 8 * row, row * g.N_b};
-    const cuuint32_t box[5] = {bk, 8, 2, cuuint32_t(tile.bn / 16), 1};
-    m.b = make_map(g.b, g.ab_dtype, 5, dims, strides, box, "b (gated)");
+    const cuuint64_t dims[4] = {cuuint64_t(g.K), 2, cuuint64_t(N), cuuint64_t(g.E)};
+    const cuuint64_t strides[3] = {interleaved ? row : row * N, interleaved ? 2 * row : row,
+                                   row * g.N_b};
+    const cuuint32_t box[4] = {bk, 1, cuuint32_t(tile.bn / 2), 1};
+    m.b = make_map(g.b, g.ab_dtype, 4, dims, strides, box, "b (gated)");
   }
   return m;
 }
@@ -333,7 +333,7 @@ KernelParams make_params(const GemmArgs& g, const TileEntry& tile) {
     }
   }
   p.gated = g.gated;
-  p.gate_is_odd = g.gated && g.gated_layout == GatedLayout::UpGate;
+  p.up_gate = g.gated && g.gated_layout == GatedLayout::UpGate;
   p.interleaved = g.gated && g.gated_layout == GatedLayout::Interleaved;
   p.activation = g.activation;
   p.d = g.d;
