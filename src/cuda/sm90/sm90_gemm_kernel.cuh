@@ -234,6 +234,166 @@ __device__ __forceinline__ void store_tile(const KernelParams& p, const float (&
   }
 }
 
+// Frees a stage once every consumer warp has arrived (lane 0 of each warp, after __syncwarp).
+__device__ __forceinline__ void release_stage(Control& ctl, int stage) {
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) mbar_arrive(&ctl.empty[stage]);
+}
+
+// Waits for the next stage and issues its wgmmas into d (one K block: 128 bytes of K).
+// `accumulate_first`: whether the block's first instruction adds to d (else overwrites it).
+template <class C>
+__device__ __forceinline__ void issue_k_block(float (&d)[2][C::kHalfAcc], uint8_t* tiles,
+                                              Control& ctl, int& stage, uint32_t& phase,
+                                              int a_offset, int b_offset0, int b_offset1,
+                                              bool accumulate_first) {
+  mbar_wait(&ctl.full[stage], phase);
+  uint8_t* a_tile = tiles + stage * C::kStageBytes;
+  const uint64_t desc_a = kmajor_sw128_desc(a_tile + a_offset);
+  const uint64_t desc_b0 = kmajor_sw128_desc(a_tile + C::kABytes + b_offset0);
+  const uint64_t desc_b1 = kmajor_sw128_desc(a_tile + C::kABytes + b_offset1);
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < C::kBK / C::kKStep; ++s) {
+    // 32 bytes of K per instruction = 2 units of the descriptor's 16-byte address field.
+    mma_step<C, C::kFp8>(d, desc_a + 2 * s, desc_b0 + 2 * s, desc_b1 + 2 * s,
+                         accumulate_first || s > 0);
+  }
+  wgmma_commit();
+  if (++stage == C::kStages) stage = 0, phase ^= 1;
+}
+
+// bf16: the wgmmas accumulate in place; one K block stays in flight while the next is issued,
+// and a stage is freed when the block after it has been issued and the block itself is done.
+template <class C>
+__device__ __forceinline__ void bf16_main_loop(const KernelParams& p, uint8_t* tiles, Control& ctl,
+                                               float (&acc)[2][C::kHalfAcc], int& stage,
+                                               uint32_t& phase, int a_offset, int b_offset0,
+                                               int b_offset1) {
+  int previous_stage = -1;
+  for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+    const int current = stage;
+    issue_k_block<C>(acc, tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, kb > 0);
+    wgmma_wait<1>();
+    fence_accumulators(acc[0]);
+    fence_accumulators(acc[1]);
+    if (previous_stage >= 0) release_stage(ctl, previous_stage);
+    previous_stage = current;
+  }
+  wgmma_wait<0>();
+  fence_accumulators(acc[0]);
+  fence_accumulators(acc[1]);
+  if (previous_stage >= 0) release_stage(ctl, previous_stage);
+}
+
+// The fp8 scale products of one K block: this thread's two rows x the two weight blocks.
+struct BlockScales {
+  float lo0 = 0, lo1 = 0, hi0 = 0, hi1 = 0;
+};
+
+template <class C>
+__device__ __forceinline__ BlockScales load_block_scales(const KernelParams& p, const WorkTile& t,
+                                                         int32_t r_lo, int32_t blk0, int32_t blk1,
+                                                         int kb) {
+  const float* b_scale_e = p.b_scale + t.expert * p.b_e_stride;
+  float sa_lo = 0.0f, sa_hi = 0.0f;
+  if (r_lo < t.row_end) sa_lo = __ldg(p.a_scale + r_lo * p.a_row_stride + kb * p.a_k_stride);
+  if (r_lo + 8 < t.row_end)
+    sa_hi = __ldg(p.a_scale + (r_lo + 8) * p.a_row_stride + kb * p.a_k_stride);
+  const float sb0 = __ldg(b_scale_e + blk0 * p.b_n_stride + kb * p.b_k_stride);
+  const float sb1 = __ldg(b_scale_e + blk1 * p.b_n_stride + kb * p.b_k_stride);
+  return BlockScales{sa_lo * sb0, sa_lo * sb1, sa_hi * sb0, sa_hi * sb1};
+}
+
+// acc += part * (a scale of the row) * (b scale of the group's weight block).
+template <class C>
+__device__ __forceinline__ void promote(float (&acc)[2][C::kHalfAcc],
+                                        const float (&part)[2][C::kHalfAcc], const BlockScales& s,
+                                        uint32_t use_blk1) {
+#pragma unroll
+  for (int j = 0; j < C::kGroups; ++j) {
+    const bool second = (use_blk1 >> j) & 1u;
+    const float lo = second ? s.lo1 : s.lo0, hi = second ? s.hi1 : s.hi0;
+    const int h = j / C::kHalfGroups, i = 4 * (j % C::kHalfGroups);
+    acc[h][i + 0] += part[h][i + 0] * lo;
+    acc[h][i + 1] += part[h][i + 1] * lo;
+    acc[h][i + 2] += part[h][i + 2] * hi;
+    acc[h][i + 3] += part[h][i + 3] * hi;
+  }
+}
+
+// fp8 block scales apply to one K block's product at a time, so each block's wgmmas write a
+// product buffer that is then scaled into acc ("promotion"). With registers to spare (consumer
+// tiles of <= 64 columns), two product buffers alternate: block kb's wgmmas run while block
+// kb-1's product is promoted (the loop is unrolled by two so that each buffer is a compile-time
+// register set). Wider tiles keep one buffer (a second spilled: ptxas, 2026-11-29) and overlap
+// only across the two consumer warpgroups.
+template <class C>
+__device__ __forceinline__ void fp8_main_loop(const KernelParams& p, uint8_t* tiles, Control& ctl,
+                                              const WorkTile& t, float (&acc)[2][C::kHalfAcc],
+                                              int& stage, uint32_t& phase, int a_offset,
+                                              int b_offset0, int b_offset1, int32_t r_lo,
+                                              int32_t blk0, int32_t blk1, uint32_t use_blk1) {
+  if constexpr (C::kAcc > 32) {
+    float part[2][C::kHalfAcc];
+    for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+      const BlockScales scales = load_block_scales<C>(p, t, r_lo, blk0, blk1, kb);
+      const int current = stage;
+      issue_k_block<C>(part, tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, false);
+      wgmma_wait<0>();
+      fence_accumulators(part[0]);
+      fence_accumulators(part[1]);
+      release_stage(ctl, current);
+      promote<C>(acc, part, scales, use_blk1);
+    }
+    return;
+  }
+  float part[2][2][C::kHalfAcc];
+  const int blocks = p.num_k_blocks;
+  int previous_stage = -1;
+  BlockScales previous_scales;
+  for (int kb = 0; kb < blocks; kb += 2) {
+    {
+      const BlockScales scales = load_block_scales<C>(p, t, r_lo, blk0, blk1, kb);
+      const int current = stage;
+      issue_k_block<C>(part[0], tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, false);
+      if (kb > 0) {
+        wgmma_wait<1>();
+        fence_accumulators(part[1][0]);
+        fence_accumulators(part[1][1]);
+        release_stage(ctl, previous_stage);
+        promote<C>(acc, part[1], previous_scales, use_blk1);
+      }
+      previous_stage = current;
+      previous_scales = scales;
+    }
+    if (kb + 1 < blocks) {
+      const BlockScales scales = load_block_scales<C>(p, t, r_lo, blk0, blk1, kb + 1);
+      const int current = stage;
+      issue_k_block<C>(part[1], tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, false);
+      wgmma_wait<1>();
+      fence_accumulators(part[0][0]);
+      fence_accumulators(part[0][1]);
+      release_stage(ctl, previous_stage);
+      promote<C>(acc, part[0], previous_scales, use_blk1);
+      previous_stage = current;
+      previous_scales = scales;
+    }
+  }
+  wgmma_wait<0>();
+  if (blocks == 0) return;
+  release_stage(ctl, previous_stage);
+  if ((blocks - 1) % 2 == 0) {
+    fence_accumulators(part[0][0]);
+    fence_accumulators(part[0][1]);
+    promote<C>(acc, part[0], previous_scales, use_blk1);
+  } else {
+    fence_accumulators(part[1][0]);
+    fence_accumulators(part[1][1]);
+    promote<C>(acc, part[1], previous_scales, use_blk1);
+  }
+}
+
 // The gated epilogue of one consumer's tile, for one activation (a compile-time choice keeps
 // the unrolled loop to that activation's code: a runtime switch inlined per element made the
 // 128x256 epilogue tens of thousands of instructions long).
@@ -317,7 +477,6 @@ template <class C>
 __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int wg) {
   const int tid = threadIdx.x % 128, lane = tid % 32, warp = tid / 32;
   float acc[2][C::kHalfAcc];
-  float part[2][C::kFp8 ? C::kHalfAcc : 1];  // fp8: one K block's product before its scales
   const int a_offset = C::kSplitM ? wg * 64 * 128 : 0;
   // This consumer's B rows inside the tile, per accumulator half: plain, its kWgN rows (left,
   // right); gated, its kWgN/2 gate rows and the matching up rows BN/2 rows further.
@@ -356,73 +515,11 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
 #pragma unroll
       for (int i = 0; i < C::kHalfAcc; ++i) acc[0][i] = acc[1][i] = 0.0f;
     }
-    const float* b_scale_e = C::kFp8 ? p.b_scale + t.expert * p.b_e_stride : nullptr;
-
-    int previous_stage = -1;  // bf16: the stage whose MMAs may still be running
-    for (int kb = 0; kb < p.num_k_blocks; ++kb) {
-      float sa_lo = 0.0f, sa_hi = 0.0f, sb0 = 0.0f, sb1 = 0.0f;
-      if constexpr (C::kFp8) {  // issued before the wait: their latency hides behind it
-        if (r_lo < t.row_end) sa_lo = __ldg(p.a_scale + r_lo * p.a_row_stride + kb * p.a_k_stride);
-        if (r_lo + 8 < t.row_end)
-          sa_hi = __ldg(p.a_scale + (r_lo + 8) * p.a_row_stride + kb * p.a_k_stride);
-        sb0 = __ldg(b_scale_e + blk0 * p.b_n_stride + kb * p.b_k_stride);
-        sb1 = __ldg(b_scale_e + blk1 * p.b_n_stride + kb * p.b_k_stride);
-      }
-      mbar_wait(&ctl.full[stage], phase);
-      uint8_t* a_tile = tiles + stage * C::kStageBytes;
-      const uint64_t desc_a = kmajor_sw128_desc(a_tile + a_offset);
-      const uint64_t desc_b0 = kmajor_sw128_desc(a_tile + C::kABytes + b_offset0);
-      const uint64_t desc_b1 = kmajor_sw128_desc(a_tile + C::kABytes + b_offset1);
-      wgmma_fence();
-#pragma unroll
-      for (int s = 0; s < C::kBK / C::kKStep; ++s) {
-        // 32 bytes of K per instruction = 2 units of the descriptor's 16-byte address field.
-        if constexpr (C::kFp8) {
-          mma_step<C, true>(part, desc_a + 2 * s, desc_b0 + 2 * s, desc_b1 + 2 * s, s > 0);
-        } else {
-          mma_step<C, false>(acc, desc_a + 2 * s, desc_b0 + 2 * s, desc_b1 + 2 * s,
-                             kb > 0 || s > 0);
-        }
-      }
-      wgmma_commit();
-      if constexpr (C::kFp8) {
-        // The scales apply to this K block's product alone: wait for it.
-        wgmma_wait<0>();
-        fence_accumulators(part[0]);
-        fence_accumulators(part[1]);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&ctl.empty[stage]);
-      } else {
-        // Keep one K block in flight: the previous block's stage is free once its MMAs are.
-        wgmma_wait<1>();
-        fence_accumulators(acc[0]);
-        fence_accumulators(acc[1]);
-        __syncwarp();
-        if (lane == 0 && previous_stage >= 0) mbar_arrive(&ctl.empty[previous_stage]);
-        previous_stage = stage;
-      }
-      if (++stage == C::kStages) stage = 0, phase ^= 1;
-      if constexpr (C::kFp8) {
-        const float s00 = sa_lo * sb0, s01 = sa_lo * sb1, s10 = sa_hi * sb0, s11 = sa_hi * sb1;
-#pragma unroll
-        for (int j = 0; j < C::kGroups; ++j) {
-          const bool second = (use_blk1 >> j) & 1u;
-          const float lo = second ? s01 : s00, hi = second ? s11 : s10;
-          const int h = j / C::kHalfGroups, i = 4 * (j % C::kHalfGroups);
-          acc[h][i + 0] += part[h][i + 0] * lo;
-          acc[h][i + 1] += part[h][i + 1] * lo;
-          acc[h][i + 2] += part[h][i + 2] * hi;
-          acc[h][i + 3] += part[h][i + 3] * hi;
-        }
-      }
-    }
-
-    if constexpr (!C::kFp8) {
-      wgmma_wait<0>();
-      fence_accumulators(acc[0]);
-      fence_accumulators(acc[1]);
-      __syncwarp();
-      if (lane == 0 && previous_stage >= 0) mbar_arrive(&ctl.empty[previous_stage]);
+    if constexpr (C::kFp8) {
+      fp8_main_loop<C>(p, tiles, ctl, t, acc, stage, phase, a_offset, b_offset0, b_offset1, r_lo,
+                       blk0, blk1, use_blk1);
+    } else {
+      bf16_main_loop<C>(p, tiles, ctl, acc, stage, phase, a_offset, b_offset0, b_offset1);
     }
 
     // ---- epilogue ----
