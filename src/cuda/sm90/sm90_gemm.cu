@@ -286,6 +286,9 @@ std::string can_implement(const GemmArgs& g) {
   } else if (g.d_dtype == DType::fp8_e4m3 && (!g.gated || tile->bn != 256 || !g.d_scale)) {
     why << "an fp8 out needs gated, out_scale and a 256-wide tile (64x256 or 128x256), got tile "
         << name;
+  } else if (g.row_pair != nullptr &&
+             (g.gated || g.d_dtype != DType::fp32 || g.topk < 1 || g.d_scale != nullptr)) {
+    why << "the folded top-k reduce needs a plain GEMM with an fp32 out and topk >= 1";
   } else if (g.d_dtype != DType::bf16 && g.d_dtype != DType::fp16 && g.d_dtype != DType::fp32 &&
              g.d_dtype != DType::fp8_e4m3) {
     why << "out must be bf16, fp16, fp32 or fp8_e4m3, got " << dtype_name(g.d_dtype);
@@ -343,6 +346,9 @@ KernelParams make_params(const GemmArgs& g, const TileEntry& tile) {
                : g.d_dtype == DType::fp32 ? kOutFp32
                                           : kOutFp8;
   p.d_scale = g.d_scale;
+  p.row_pair = g.row_pair;
+  p.pair_weight = g.pair_weight;
+  p.topk = static_cast<int32_t>(g.topk);
   return p;
 }
 

@@ -56,6 +56,11 @@ struct KernelParams {
   int64_t ldd;
   int32_t out_kind;  // OutKind
   float* d_scale;    // fp8 out: (rows, N_out / 128)
+
+  // Folded top-k reduce (plain fp32 only): d[row_pair[r] / topk] += weight * row r.
+  const int32_t* row_pair;
+  const float* pair_weight;
+  int32_t topk;
 };
 
 constexpr int kSmemLimit = 232448;  // sm_90 per-block opt-in maximum
@@ -394,6 +399,38 @@ __device__ __forceinline__ void fp8_main_loop(const KernelParams& p, uint8_t* ti
   }
 }
 
+// The folded top-k reduce: adds weight(pair) * v into the fp32 row of the pair's token, two
+// columns per atomic (sm_90's float2 atomicAdd). Summation order across CTAs is not fixed.
+template <int kGroupsOut, int kAcc>
+__device__ __forceinline__ void reduce_tile(const KernelParams& p, const float (&v)[kAcc],
+                                            int32_t col0, int32_t r_lo, int32_t row_end) {
+  const int lane = threadIdx.x % 32;
+  float* d = static_cast<float*>(p.d);
+  int64_t token_row[2] = {-1, -1};
+  float weight[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int32_t row = r_lo + 8 * h;
+    if (row < row_end) {
+      const int32_t pair = p.row_pair[row];
+      token_row[h] = static_cast<int64_t>(pair / p.topk) * p.ldd;
+      weight[h] = p.pair_weight ? p.pair_weight[pair] : 1.0f;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kGroupsOut; ++j) {
+    const int32_t col = col0 + 8 * j + 2 * (lane % 4);
+    if (col >= p.N_out) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = 4 * j + 2 * h;
+      if (token_row[h] >= 0)
+        atomicAdd(reinterpret_cast<float2*>(d + token_row[h] + col),
+                  make_float2(weight[h] * v[i], weight[h] * v[i + 1]));
+    }
+  }
+}
+
 // The gated epilogue of one consumer's tile, for one activation (a compile-time choice keeps
 // the unrolled loop to that activation's code: a runtime switch inlined per element made the
 // 128x256 epilogue tens of thousands of instructions long).
@@ -523,6 +560,11 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
     }
 
     // ---- epilogue ----
+    if (p.row_pair != nullptr) {
+      reduce_tile<C::kHalfGroups>(p, acc[0], wg_col0, r_lo, t.row_end);
+      reduce_tile<C::kHalfGroups>(p, acc[1], wg_col0 + C::kWgN / 2, r_lo, t.row_end);
+      continue;
+    }
     if (!p.gated) {
       switch (p.out_kind) {
         case kOutBf16:
