@@ -4,7 +4,8 @@
 //   Sm90Experts, P = M * topk pairs:
 //     workspace2:  permute arrays + CUB scratch | a (P, K) gathered rows | a scales (P, K/128)
 //                  | a2 (P, N) GEMM2 operand | a2 scales (P, N/128)       (scales: fp8 only)
-//     workspace13: y (P, K) fp32, GEMM2's output
+//     workspace13: y (P, K) fp32, GEMM2's output; with the reduce folded into GEMM2, (M, K) fp32
+//                  token rows instead
 //   BatchedSm90Experts, R = E_local * T rows:
 //     workspace2:  a2 (R, N) | a2 scales (R, N/128)
 //     workspace13: (none: GEMM2 writes the output)
@@ -15,6 +16,7 @@
 #include "core/validate.h"
 #include "cuda/batched.h"
 #include "cuda/byte_carver.h"
+#include "cuda/cuda_check.h"
 #include "cuda/cuda_topk_weight_and_reduce.h"
 #include "cuda/device_guard.h"
 #include "cuda/experts_common.h"
@@ -104,7 +106,8 @@ struct StandardLayout {
   size_t ws13_bytes = 0, ws2_bytes = 0;
 };
 
-StandardLayout standard_layout(const MoEConfig& c, int64_t M, void* ws13, void* ws2) {
+StandardLayout standard_layout(const MoEConfig& c, int64_t M, bool reduce_in_gemm2, void* ws13,
+                               void* ws2) {
   const int64_t P = M * c.topk, K = c.hidden_size;
   StandardLayout l;
   ByteCarver c2(ws2), c13(ws13);
@@ -112,7 +115,7 @@ StandardLayout standard_layout(const MoEConfig& c, int64_t M, void* ws13, void* 
   l.a = c2.take_bytes(static_cast<size_t>(P * K) * dtype_size(operand_dtype(c)));
   if (is_fp8(c)) l.a_scale = c2.take<float>(P * (K / kBlockSize));
   l.mid = carve_intermediate(c, P, c2);
-  l.y = c13.take<float>(P * K);
+  l.y = c13.take<float>((reduce_in_gemm2 ? M : P) * K);
   l.ws13_bytes = c13.size();
   l.ws2_bytes = c2.size();
   return l;
@@ -151,13 +154,14 @@ void check_sm90_config(const char* name, const MoEConfig& c) {
 
 // ---- Sm90Experts -----------------------------------------------------------------------------
 
-Sm90Experts::Sm90Experts(const MoEConfig& config) : Experts(config) {
+Sm90Experts::Sm90Experts(const MoEConfig& config, bool reduce_in_gemm2)
+    : Experts(config), reduce_in_gemm2_(reduce_in_gemm2) {
   check_sm90_config("Sm90Experts", config);
 }
 
 WorkspaceShapes Sm90Experts::workspace_shapes(int64_t M, int64_t, int64_t K, int64_t, int64_t,
                                               int64_t, const ExpertTokensMetadata*) const {
-  const StandardLayout l = standard_layout(config(), M, nullptr, nullptr);
+  const StandardLayout l = standard_layout(config(), M, reduce_in_gemm2_, nullptr, nullptr);
   return byte_workspaces(l.ws13_bytes, l.ws2_bytes, {M, K}, config().in_dtype);
 }
 
@@ -170,14 +174,19 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
   const MoEConfig& c = config();
   const int64_t M = check_standard_apply(kFn, ctx, c, a), K = c.hidden_size, topk = c.topk;
   check_supported(kFn, c, ctx);
+  MODMOE_CHECK(!reduce_in_gemm2_ || !ctx.deterministic)
+      << kFn << ": this Sm90Experts folds the top-k reduce into GEMM2 with float atomics, which a "
+      << "deterministic forward forbids; set Context::deterministic = false, or build it with "
+      << "reduce_in_gemm2 = false";
   if (M == 0) return;
 
   DeviceGuard guard(ctx.device.index);
   const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
-  const StandardLayout need = standard_layout(c, M, nullptr, nullptr);
+  const StandardLayout need = standard_layout(c, M, reduce_in_gemm2_, nullptr, nullptr);
   check_workspace(kFn, "workspace13", a.workspace13, need.ws13_bytes, ctx.device);
   check_workspace(kFn, "workspace2", a.workspace2, need.ws2_bytes, ctx.device);
-  const StandardLayout l = standard_layout(c, M, a.workspace13.data(), a.workspace2.data());
+  const StandardLayout l =
+      standard_layout(c, M, reduce_in_gemm2_, a.workspace13.data(), a.workspace2.data());
   const int64_t P = M * topk;
 
   // 1. Permute, then gather each row's token (and its scales): TMA reads contiguous rows.
@@ -204,17 +213,26 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
     sm90::launch(g1, stream);
   }
 
-  // 3. GEMM2 into y (P, K) fp32.
+  // 3. GEMM2, then unpermute + top-k weight + reduce: either GEMM2 writes y (P, K) and a
+  //    kernel reduces in fixed k order, or GEMM2's epilogue adds weighted rows into y (M, K)
+  //    (float atomics) and the same kernel only converts y to the output dtype.
   sm90::GemmArgs g2 = gemm2_args(c, *a.weights, P, l.mid, l.y);
   g2.m_indptr = l.perm.m_indptr;
   g2.sm_count = ctx.sm_count;
+  WeightedReduceArgs r = standard_reduce_args(c, a, l.y, l.perm.row_of_pair, M);
+  if (reduce_in_gemm2_) {
+    g2.row_pair = l.perm.sorted_pair;
+    g2.pair_weight = a.apply_router_weight_on_input ? nullptr : a.topk_weights.data_ptr<float>();
+    g2.topk = topk;
+    MODMOE_CUDA_CHECK(cudaMemsetAsync(l.y, 0, static_cast<size_t>(M * K) * sizeof(float), stream));
+    r.pair_row = nullptr;  // y is already (M, K): out[t] = y[t]
+    r.topk = 1;
+    r.topk_weights = nullptr;
+  }
   {
     TraceRange range(ctx, "gemm2");
     sm90::launch(g2, stream);
   }
-
-  // 4. Unpermute + top-k weight + reduce, in fixed k order.
-  const WeightedReduceArgs r = standard_reduce_args(c, a, l.y, l.perm.row_of_pair, M);
   TraceRange range(ctx, "reduce");
   weighted_reduce(r, stream);
 }

@@ -24,7 +24,11 @@ std::string sm90_experts_unsupported(const MoEConfig& config);
 
 class Sm90Experts final : public Experts {
  public:
-  explicit Sm90Experts(const MoEConfig& config);
+  // reduce_in_gemm2: GEMM2's epilogue adds each row, times its top-k weight, into its token's
+  // fp32 row (float atomics: the summation order varies from run to run), so no (pairs, K)
+  // buffer and no separate reduce of it; its forward needs Context::deterministic = false.
+  // Default: GEMM2 writes (pairs, K) and a deterministic kernel reduces in fixed k order.
+  explicit Sm90Experts(const MoEConfig& config, bool reduce_in_gemm2 = false);
   std::string name() const override { return "Sm90Experts"; }
   std::pair<ActivationFormat, ActivationFormat> activation_formats() const override {
     return {ActivationFormat::Standard, ActivationFormat::Standard};
@@ -36,6 +40,9 @@ class Sm90Experts final : public Experts {
                                    const ExpertTokensMetadata* meta) const override;
   TopKWeightAndReducePtr finalize_weight_and_reduce_impl() const override;
   void apply(const Context& ctx, const ApplyArgs& args) override;
+
+ private:
+  bool reduce_in_gemm2_;
 };
 
 class BatchedSm90Experts final : public Experts {

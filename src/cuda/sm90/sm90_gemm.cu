@@ -102,15 +102,15 @@ Maps make_maps(const GemmArgs& g, const TileEntry& tile) {
     const cuuint32_t box[3] = {bk, cuuint32_t(tile.bn), 1};
     m.b = make_map(g.b, g.ab_dtype, 3, dims, strides, box, "b");
   } else {
-    // (K, 8 rows, 2 halves, N/8 groups, E): a box lands as [group][half][8 rows][K], so the
-    // two halves' rows of the same output columns sit in the same 16-row slab.
+    // (K, half, N, E): one box is BN/2 rows of one half (gate or up) for the tile's output
+    // columns; the kernel loads the gate box, then the up box. The layouts differ in strides.
     const int64_t N = g.N_b / 2;
     const bool interleaved = g.gated_layout == GatedLayout::Interleaved;
-    const cuuint64_t dims[5] = {cuuint64_t(g.K), 8, 2, cuuint64_t(N / 8), cuuint64_t(g.E)};
-    const cuuint64_t strides[4] = {interleaved ? 2 * row : row, interleaved ? row : row * N,
-                                   interleaved ? 16 * row : 8 * row, row * g.N_b};
-    const cuuint32_t box[5] = {bk, 8, 2, cuuint32_t(tile.bn / 16), 1};
-    m.b = make_map(g.b, g.ab_dtype, 5, dims, strides, box, "b (gated)");
+    const cuuint64_t dims[4] = {cuuint64_t(g.K), 2, cuuint64_t(N), cuuint64_t(g.E)};
+    const cuuint64_t strides[3] = {interleaved ? row : row * N, interleaved ? 2 * row : row,
+                                   row * g.N_b};
+    const cuuint32_t box[4] = {bk, 1, cuuint32_t(tile.bn / 2), 1};
+    m.b = make_map(g.b, g.ab_dtype, 4, dims, strides, box, "b (gated)");
   }
   return m;
 }
@@ -286,6 +286,9 @@ std::string can_implement(const GemmArgs& g) {
   } else if (g.d_dtype == DType::fp8_e4m3 && (!g.gated || tile->bn != 256 || !g.d_scale)) {
     why << "an fp8 out needs gated, out_scale and a 256-wide tile (64x256 or 128x256), got tile "
         << name;
+  } else if (g.row_pair != nullptr &&
+             (g.gated || g.d_dtype != DType::fp32 || g.topk < 1 || g.d_scale != nullptr)) {
+    why << "the folded top-k reduce needs a plain GEMM with an fp32 out and topk >= 1";
   } else if (g.d_dtype != DType::bf16 && g.d_dtype != DType::fp16 && g.d_dtype != DType::fp32 &&
              g.d_dtype != DType::fp8_e4m3) {
     why << "out must be bf16, fp16, fp32 or fp8_e4m3, got " << dtype_name(g.d_dtype);
@@ -333,7 +336,7 @@ KernelParams make_params(const GemmArgs& g, const TileEntry& tile) {
     }
   }
   p.gated = g.gated;
-  p.gate_is_odd = g.gated && g.gated_layout == GatedLayout::UpGate;
+  p.up_gate = g.gated && g.gated_layout == GatedLayout::UpGate;
   p.interleaved = g.gated && g.gated_layout == GatedLayout::Interleaved;
   p.activation = g.activation;
   p.d = g.d;
@@ -343,6 +346,9 @@ KernelParams make_params(const GemmArgs& g, const TileEntry& tile) {
                : g.d_dtype == DType::fp32 ? kOutFp32
                                           : kOutFp8;
   p.d_scale = g.d_scale;
+  p.row_pair = g.row_pair;
+  p.pair_weight = g.pair_weight;
+  p.topk = static_cast<int32_t>(g.topk);
   return p;
 }
 

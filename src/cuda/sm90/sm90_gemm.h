@@ -64,6 +64,14 @@ struct GemmArgs {
   DType d_dtype = DType::bf16;  // bf16, fp16, fp32, or fp8_e4m3 (gated only, with d_scale)
   float* d_scale = nullptr;     // fp8 d: (total_rows, N_out/128)
 
+  // Top-k weight and reduce folded into the epilogue (plain, fp32 d only; non-deterministic:
+  // fp32 atomics): instead of storing row r, add pair_weight[p] * row into d[p / topk] with
+  // p = row_pair[r] (weight 1 when pair_weight is null). d is then (tokens, N_out) fp32 and the
+  // caller zeroes it first.
+  const int32_t* row_pair = nullptr;
+  const float* pair_weight = nullptr;
+  int64_t topk = 1;
+
   MoeGemmScheduler scheduler = MoeGemmScheduler::cooperative;
   // Precomputed scheduler: the tile list (built by build_tile_list for the same arguments and
   // tile). When null, launch() builds one in `scratch`.

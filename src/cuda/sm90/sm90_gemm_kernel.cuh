@@ -6,7 +6,10 @@
 //                consumer 64 rows x BN columns ("split M"); a 64-row tile gives each 64 rows x
 //                BN/2 columns ("split N").
 // Shared memory: kStages x [A tile BM x 128 B | B tile BN x 128 B] (128-byte swizzle, as TMA
-// writes it and wgmma reads it), then the barriers and the work-tile ring (Control).
+// writes it and wgmma reads it), then the barriers and the work-tile ring (Control). A gated B
+// tile is [BN/2 gate rows | BN/2 up rows] (two TMA boxes); each consumer runs one wgmma over
+// its gate rows and one over the matching up rows, so its accumulators are [gate | up] and a
+// thread holds the gate and up values of the same output columns.
 // Synchronization: full[s] (TMA bytes landed) / empty[s] (every consumer warp done reading);
 // work_full[w] (scheduler wrote slot w) / work_empty[w] (producer + every consumer warp read it).
 #pragma once
@@ -44,9 +47,8 @@ struct KernelParams {
   int64_t b_e_stride, b_n_stride, b_k_stride;
   int32_t b_n_blocks;
 
-  int32_t gated;
-  int32_t gate_is_odd;  // gated tiles hold [8 rows of half 0][8 rows of half 1]: 1 when half 1
-                        // is the gate (UpGate)
+  int32_t gated;        // gated tiles hold [BN/2 gate rows][BN/2 up rows] of B
+  int32_t up_gate;      // UpGate layout: the gate is the second half of B's rows
   int32_t interleaved;  // Interleaved layout (gate 2j, up 2j + 1)
   Activation activation;
 
@@ -54,6 +56,11 @@ struct KernelParams {
   int64_t ldd;
   int32_t out_kind;  // OutKind
   float* d_scale;    // fp8 out: (rows, N_out / 128)
+
+  // Folded top-k reduce (plain fp32 only): d[row_pair[r] / topk] += weight * row r.
+  const int32_t* row_pair;
+  const float* pair_weight;
+  int32_t topk;
 };
 
 constexpr int kSmemLimit = 232448;  // sm_90 per-block opt-in maximum
@@ -73,8 +80,11 @@ struct TileConfig {
   static constexpr int kWgN = kSplitM ? BN : BN / 2;  // B rows (columns of D) per consumer
   static constexpr int kAcc = kWgN / 2;               // fp32 accumulators per thread
   static constexpr int kGroups = kWgN / 8;            // 8-column groups per consumer
-  static constexpr int kBK = kFp8 ? 128 : 64;         // K elements per stage: 128 bytes
-  static constexpr int kKStep = kFp8 ? 32 : 16;       // K per wgmma instruction
+  // A consumer's accumulators are two halves of kWgN/2 columns, one wgmma each: plain, its
+  // left and right columns; gated, its gate and up columns (the same output columns).
+  static constexpr int kHalfAcc = kAcc / 2, kHalfGroups = kGroups / 2;
+  static constexpr int kBK = kFp8 ? 128 : 64;    // K elements per stage: 128 bytes
+  static constexpr int kKStep = kFp8 ? 32 : 16;  // K per wgmma instruction
   static constexpr int kABytes = BM * 128, kBBytes = BN * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kStagesFit = (kSmemLimit - kControlBytes - 1024) / kStageBytes;
@@ -120,7 +130,10 @@ __device__ void produce(const CUtensorMap* map_a, const CUtensorMap* map_b, cons
       const int k = kb * C::kBK;
       tma_load_2d(a_tile, map_a, full, k, t.row_begin);
       if (p.gated) {
-        tma_load_5d(b_tile, map_b, full, k, 0, 0, t.n_block * (C::BN / 16), t.expert);
+        // Map (K, half, N, E): the gate rows of the tile's output columns, then the up rows.
+        const int n0 = t.n_block * (C::BN / 2);
+        tma_load_4d(b_tile, map_b, full, k, p.up_gate, n0, t.expert);
+        tma_load_4d(b_tile + C::kBBytes / 2, map_b, full, k, 1 - p.up_gate, n0, t.expert);
       } else {
         tma_load_3d(b_tile, map_b, full, k, t.n_block * C::BN, t.expert);
       }
@@ -170,12 +183,24 @@ __device__ void schedule(const KernelParams& p, Control& ctl) {
 
 // ---- consumers --------------------------------------------------------------------------------
 
-// Which original B row the first column of 8-column group j of a consumer's tile comes from.
+// Which original B row the first column of 8-column group j of a consumer's accumulators
+// comes from (gated: groups [0, kGroups/2) are gate columns, the rest the matching up columns).
 template <class C>
 __device__ __forceinline__ int32_t group_b_row(const KernelParams& p, int32_t wg_col0, int j) {
   if (!p.gated) return wg_col0 + 8 * j;
-  const int32_t g = wg_col0 / 16 + j / 2, half = j % 2;  // gated tiles: [8 half-0][8 half-1]
-  return p.interleaved ? 16 * g + half : half * p.N + 8 * g;
+  const int up = j / (C::kGroups / 2);
+  const int32_t out = wg_col0 / 2 + 8 * (j % (C::kGroups / 2));  // output column
+  if (p.interleaved) return 2 * out + up;
+  return (up ^ p.up_gate) * p.N + out;
+}
+
+// One wgmma K step of a consumer: one wgmma per accumulator half (the same instructions for
+// plain and gated tiles; only where the second half's B rows are differs).
+template <class C, bool kFp8>
+__device__ __forceinline__ void mma_step(float (&d)[2][C::kHalfAcc], uint64_t desc_a,
+                                         uint64_t desc_b0, uint64_t desc_b1, bool accumulate) {
+  Wgmma<C::kWgN / 2, kFp8>::run(d[0], desc_a, desc_b0, accumulate);
+  Wgmma<C::kWgN / 2, kFp8>::run(d[1], desc_a, desc_b1, accumulate);
 }
 
 template <typename T>
@@ -195,12 +220,11 @@ __device__ __forceinline__ void store_pair<float>(void* d, int64_t offset, float
   *reinterpret_cast<float2*>(static_cast<float*>(d) + offset) = make_float2(v0, v1);
 }
 
-// Stores a consumer's results: `v[4 * j + q]` for j < groups (group j = output columns
+// Stores a consumer's results: `v[4 * j + q]` for j < kGroupsOut (group j = output columns
 // col0 + 8 j + 2 (lane % 4) + {0, 1}; q / 2 picks the row r_lo or r_hi).
 template <typename T, int kGroupsOut, int kAcc>
 __device__ __forceinline__ void store_tile(const KernelParams& p, const float (&v)[kAcc],
-                                           int stride_groups, int32_t col0, int32_t r_lo,
-                                           int32_t row_end) {
+                                           int32_t col0, int32_t r_lo, int32_t row_end) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int j = 0; j < kGroupsOut; ++j) {
@@ -209,8 +233,200 @@ __device__ __forceinline__ void store_tile(const KernelParams& p, const float (&
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int32_t row = r_lo + 8 * h;
-      const int i = 4 * j * stride_groups + 2 * h;
+      const int i = 4 * j + 2 * h;
       if (row < row_end) store_pair<T>(p.d, row * p.ldd + col, v[i], v[i + 1]);
+    }
+  }
+}
+
+// Frees a stage once every consumer warp has arrived (lane 0 of each warp, after __syncwarp).
+__device__ __forceinline__ void release_stage(Control& ctl, int stage) {
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) mbar_arrive(&ctl.empty[stage]);
+}
+
+// Waits for the next stage and issues its wgmmas into d (one K block: 128 bytes of K).
+// `accumulate_first`: whether the block's first instruction adds to d (else overwrites it).
+template <class C>
+__device__ __forceinline__ void issue_k_block(float (&d)[2][C::kHalfAcc], uint8_t* tiles,
+                                              Control& ctl, int& stage, uint32_t& phase,
+                                              int a_offset, int b_offset0, int b_offset1,
+                                              bool accumulate_first) {
+  mbar_wait(&ctl.full[stage], phase);
+  uint8_t* a_tile = tiles + stage * C::kStageBytes;
+  const uint64_t desc_a = kmajor_sw128_desc(a_tile + a_offset);
+  const uint64_t desc_b0 = kmajor_sw128_desc(a_tile + C::kABytes + b_offset0);
+  const uint64_t desc_b1 = kmajor_sw128_desc(a_tile + C::kABytes + b_offset1);
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < C::kBK / C::kKStep; ++s) {
+    // 32 bytes of K per instruction = 2 units of the descriptor's 16-byte address field.
+    mma_step<C, C::kFp8>(d, desc_a + 2 * s, desc_b0 + 2 * s, desc_b1 + 2 * s,
+                         accumulate_first || s > 0);
+  }
+  wgmma_commit();
+  if (++stage == C::kStages) stage = 0, phase ^= 1;
+}
+
+// bf16: the wgmmas accumulate in place; one K block stays in flight while the next is issued,
+// and a stage is freed when the block after it has been issued and the block itself is done.
+template <class C>
+__device__ __forceinline__ void bf16_main_loop(const KernelParams& p, uint8_t* tiles, Control& ctl,
+                                               float (&acc)[2][C::kHalfAcc], int& stage,
+                                               uint32_t& phase, int a_offset, int b_offset0,
+                                               int b_offset1) {
+  int previous_stage = -1;
+  for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+    const int current = stage;
+    issue_k_block<C>(acc, tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, kb > 0);
+    wgmma_wait<1>();
+    fence_accumulators(acc[0]);
+    fence_accumulators(acc[1]);
+    if (previous_stage >= 0) release_stage(ctl, previous_stage);
+    previous_stage = current;
+  }
+  wgmma_wait<0>();
+  fence_accumulators(acc[0]);
+  fence_accumulators(acc[1]);
+  if (previous_stage >= 0) release_stage(ctl, previous_stage);
+}
+
+// The fp8 scale products of one K block: this thread's two rows x the two weight blocks.
+struct BlockScales {
+  float lo0 = 0, lo1 = 0, hi0 = 0, hi1 = 0;
+};
+
+template <class C>
+__device__ __forceinline__ BlockScales load_block_scales(const KernelParams& p, const WorkTile& t,
+                                                         int32_t r_lo, int32_t blk0, int32_t blk1,
+                                                         int kb) {
+  const float* b_scale_e = p.b_scale + t.expert * p.b_e_stride;
+  float sa_lo = 0.0f, sa_hi = 0.0f;
+  if (r_lo < t.row_end) sa_lo = __ldg(p.a_scale + r_lo * p.a_row_stride + kb * p.a_k_stride);
+  if (r_lo + 8 < t.row_end)
+    sa_hi = __ldg(p.a_scale + (r_lo + 8) * p.a_row_stride + kb * p.a_k_stride);
+  const float sb0 = __ldg(b_scale_e + blk0 * p.b_n_stride + kb * p.b_k_stride);
+  const float sb1 = __ldg(b_scale_e + blk1 * p.b_n_stride + kb * p.b_k_stride);
+  return BlockScales{sa_lo * sb0, sa_lo * sb1, sa_hi * sb0, sa_hi * sb1};
+}
+
+// acc += part * (a scale of the row) * (b scale of the group's weight block).
+template <class C>
+__device__ __forceinline__ void promote(float (&acc)[2][C::kHalfAcc],
+                                        const float (&part)[2][C::kHalfAcc], const BlockScales& s,
+                                        uint32_t use_blk1) {
+#pragma unroll
+  for (int j = 0; j < C::kGroups; ++j) {
+    const bool second = (use_blk1 >> j) & 1u;
+    const float lo = second ? s.lo1 : s.lo0, hi = second ? s.hi1 : s.hi0;
+    const int h = j / C::kHalfGroups, i = 4 * (j % C::kHalfGroups);
+    acc[h][i + 0] += part[h][i + 0] * lo;
+    acc[h][i + 1] += part[h][i + 1] * lo;
+    acc[h][i + 2] += part[h][i + 2] * hi;
+    acc[h][i + 3] += part[h][i + 3] * hi;
+  }
+}
+
+// fp8 block scales apply to one K block's product at a time, so each block's wgmmas write a
+// product buffer that is then scaled into acc ("promotion"). With registers to spare (consumer
+// tiles of <= 64 columns), two product buffers alternate: block kb's wgmmas run while block
+// kb-1's product is promoted (the loop is unrolled by two so that each buffer is a compile-time
+// register set). Wider tiles keep one buffer (a second spilled: ptxas, 2026-11-29) and overlap
+// only across the two consumer warpgroups.
+template <class C>
+__device__ __forceinline__ void fp8_main_loop(const KernelParams& p, uint8_t* tiles, Control& ctl,
+                                              const WorkTile& t, float (&acc)[2][C::kHalfAcc],
+                                              int& stage, uint32_t& phase, int a_offset,
+                                              int b_offset0, int b_offset1, int32_t r_lo,
+                                              int32_t blk0, int32_t blk1, uint32_t use_blk1) {
+  if constexpr (C::kAcc > 32) {
+    float part[2][C::kHalfAcc];
+    for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+      const BlockScales scales = load_block_scales<C>(p, t, r_lo, blk0, blk1, kb);
+      const int current = stage;
+      issue_k_block<C>(part, tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, false);
+      wgmma_wait<0>();
+      fence_accumulators(part[0]);
+      fence_accumulators(part[1]);
+      release_stage(ctl, current);
+      promote<C>(acc, part, scales, use_blk1);
+    }
+    return;
+  }
+  float part[2][2][C::kHalfAcc];
+  const int blocks = p.num_k_blocks;
+  int previous_stage = -1;
+  BlockScales previous_scales;
+  for (int kb = 0; kb < blocks; kb += 2) {
+    {
+      const BlockScales scales = load_block_scales<C>(p, t, r_lo, blk0, blk1, kb);
+      const int current = stage;
+      issue_k_block<C>(part[0], tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, false);
+      if (kb > 0) {
+        wgmma_wait<1>();
+        fence_accumulators(part[1][0]);
+        fence_accumulators(part[1][1]);
+        release_stage(ctl, previous_stage);
+        promote<C>(acc, part[1], previous_scales, use_blk1);
+      }
+      previous_stage = current;
+      previous_scales = scales;
+    }
+    if (kb + 1 < blocks) {
+      const BlockScales scales = load_block_scales<C>(p, t, r_lo, blk0, blk1, kb + 1);
+      const int current = stage;
+      issue_k_block<C>(part[1], tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, false);
+      wgmma_wait<1>();
+      fence_accumulators(part[0][0]);
+      fence_accumulators(part[0][1]);
+      release_stage(ctl, previous_stage);
+      promote<C>(acc, part[0], previous_scales, use_blk1);
+      previous_stage = current;
+      previous_scales = scales;
+    }
+  }
+  wgmma_wait<0>();
+  if (blocks == 0) return;
+  release_stage(ctl, previous_stage);
+  if ((blocks - 1) % 2 == 0) {
+    fence_accumulators(part[0][0]);
+    fence_accumulators(part[0][1]);
+    promote<C>(acc, part[0], previous_scales, use_blk1);
+  } else {
+    fence_accumulators(part[1][0]);
+    fence_accumulators(part[1][1]);
+    promote<C>(acc, part[1], previous_scales, use_blk1);
+  }
+}
+
+// The folded top-k reduce: adds weight(pair) * v into the fp32 row of the pair's token, two
+// columns per atomic (sm_90's float2 atomicAdd). Summation order across CTAs is not fixed.
+template <int kGroupsOut, int kAcc>
+__device__ __forceinline__ void reduce_tile(const KernelParams& p, const float (&v)[kAcc],
+                                            int32_t col0, int32_t r_lo, int32_t row_end) {
+  const int lane = threadIdx.x % 32;
+  float* d = static_cast<float*>(p.d);
+  int64_t token_row[2] = {-1, -1};
+  float weight[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int32_t row = r_lo + 8 * h;
+    if (row < row_end) {
+      const int32_t pair = p.row_pair[row];
+      token_row[h] = static_cast<int64_t>(pair / p.topk) * p.ldd;
+      weight[h] = p.pair_weight ? p.pair_weight[pair] : 1.0f;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kGroupsOut; ++j) {
+    const int32_t col = col0 + 8 * j + 2 * (lane % 4);
+    if (col >= p.N_out) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = 4 * j + 2 * h;
+      if (token_row[h] >= 0)
+        atomicAdd(reinterpret_cast<float2*>(d + token_row[h] + col),
+                  make_float2(weight[h] * v[i], weight[h] * v[i + 1]));
     }
   }
 }
@@ -219,20 +435,18 @@ __device__ __forceinline__ void store_tile(const KernelParams& p, const float (&
 // the unrolled loop to that activation's code: a runtime switch inlined per element made the
 // 128x256 kernel ~19 000 instructions long).
 template <class C, Activation kAct>
-__device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&acc)[C::kAcc],
+__device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&acc)[2][C::kHalfAcc],
                                                Control& ctl, const WorkTile& t, int wg,
                                                int32_t wg_col0, int32_t r_lo) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-  // Gated: groups 2g and 2g + 1 are the same 8 output columns of the two halves. The result
-  // goes into the even group's registers.
+  // Gated: acc[0] = gate, acc[1] = up, of the same output columns. The result goes into acc[0].
   uint32_t amax_lo = 0, amax_hi = 0;
 #pragma unroll
   for (int g = 0; g < C::kGroups / 2; ++g) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const float h0 = acc[4 * (2 * g) + q], h1 = acc[4 * (2 * g + 1) + q];
-      const float v = gated_function(kAct, p.gate_is_odd ? h1 : h0, p.gate_is_odd ? h0 : h1);
-      acc[4 * (2 * g) + q] = v;
+      const float v = gated_function(kAct, acc[0][4 * g + q], acc[1][4 * g + q]);
+      acc[0][4 * g + q] = v;
       if (q < 2) {
         amax_lo = max(amax_lo, abs_bits(v));
       } else {
@@ -244,13 +458,13 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
   if (p.out_kind != kOutFp8) {
     switch (p.out_kind) {
       case kOutBf16:
-        store_tile<__nv_bfloat16, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end);
+        store_tile<__nv_bfloat16, C::kHalfGroups>(p, acc[0], out_col0, r_lo, t.row_end);
         break;
       case kOutFp16:
-        store_tile<__half, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end);
+        store_tile<__half, C::kHalfGroups>(p, acc[0], out_col0, r_lo, t.row_end);
         break;
       default:
-        store_tile<float, C::kGroups / 2>(p, acc, 2, out_col0, r_lo, t.row_end);
+        store_tile<float, C::kHalfGroups>(p, acc[0], out_col0, r_lo, t.row_end);
         break;
     }
     return;
@@ -287,9 +501,9 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int32_t row = r_lo + 8 * h;
-      const int i = 4 * (2 * g) + 2 * h;
+      const int i = 4 * g + 2 * h;
       if (row < t.row_end && col < p.N_out) {
-        const uint32_t codes = e4m3_pair(acc[i], acc[i + 1], h ? scale_hi : scale_lo);
+        const uint32_t codes = e4m3_pair(acc[0][i], acc[0][i + 1], h ? scale_hi : scale_lo);
         *reinterpret_cast<uint16_t*>(d8 + row * p.ldd + col) = static_cast<uint16_t>(codes);
       }
     }
@@ -299,10 +513,12 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
 template <class C>
 __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int wg) {
   const int tid = threadIdx.x % 128, lane = tid % 32, warp = tid / 32;
-  float acc[C::kAcc];
-  float part[C::kFp8 ? C::kAcc : 1];  // fp8: one K block's product before its scales
+  float acc[2][C::kHalfAcc];
   const int a_offset = C::kSplitM ? wg * 64 * 128 : 0;
-  const int b_offset = C::kSplitM ? 0 : wg * C::kWgN * 128;
+  // This consumer's B rows inside the tile, per accumulator half: plain, its kWgN rows (left,
+  // right); gated, its kWgN/2 gate rows and the matching up rows BN/2 rows further.
+  const int b_offset0 = C::kSplitM ? 0 : wg * (p.gated ? C::kWgN / 2 : C::kWgN) * 128;
+  const int b_offset1 = b_offset0 + (p.gated ? C::BN / 2 : C::kWgN / 2) * 128;
   int stage = 0, slot = 0;
   uint32_t phase = 0, slot_phase = 0;
   while (true) {
@@ -334,82 +550,35 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
       blk0 = min(blk0, p.b_n_blocks - 1);
       blk1 = min(blk1, p.b_n_blocks - 1);
 #pragma unroll
-      for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.0f;
+      for (int i = 0; i < C::kHalfAcc; ++i) acc[0][i] = acc[1][i] = 0.0f;
     }
-    const float* b_scale_e = C::kFp8 ? p.b_scale + t.expert * p.b_e_stride : nullptr;
-
-    int previous_stage = -1;  // bf16: the stage whose MMAs may still be running
-    for (int kb = 0; kb < p.num_k_blocks; ++kb) {
-      float sa_lo = 0.0f, sa_hi = 0.0f, sb0 = 0.0f, sb1 = 0.0f;
-      if constexpr (C::kFp8) {  // issued before the wait: their latency hides behind it
-        if (r_lo < t.row_end) sa_lo = __ldg(p.a_scale + r_lo * p.a_row_stride + kb * p.a_k_stride);
-        if (r_lo + 8 < t.row_end)
-          sa_hi = __ldg(p.a_scale + (r_lo + 8) * p.a_row_stride + kb * p.a_k_stride);
-        sb0 = __ldg(b_scale_e + blk0 * p.b_n_stride + kb * p.b_k_stride);
-        sb1 = __ldg(b_scale_e + blk1 * p.b_n_stride + kb * p.b_k_stride);
-      }
-      mbar_wait(&ctl.full[stage], phase);
-      uint8_t* a_tile = tiles + stage * C::kStageBytes;
-      const uint64_t desc_a = kmajor_sw128_desc(a_tile + a_offset);
-      const uint64_t desc_b = kmajor_sw128_desc(a_tile + C::kABytes + b_offset);
-      wgmma_fence();
-#pragma unroll
-      for (int s = 0; s < C::kBK / C::kKStep; ++s) {
-        // 32 bytes of K per instruction = 2 units of the descriptor's 16-byte address field.
-        if constexpr (C::kFp8) {
-          Wgmma<C::kWgN, true>::run(part, desc_a + 2 * s, desc_b + 2 * s, s > 0);
-        } else {
-          Wgmma<C::kWgN, false>::run(acc, desc_a + 2 * s, desc_b + 2 * s, kb > 0 || s > 0);
-        }
-      }
-      wgmma_commit();
-      if constexpr (C::kFp8) {
-        // The scales apply to this K block's product alone: wait for it.
-        wgmma_wait<0>();
-        fence_accumulators(part);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&ctl.empty[stage]);
-      } else {
-        // Keep one K block in flight: the previous block's stage is free once its MMAs are.
-        wgmma_wait<1>();
-        fence_accumulators(acc);
-        __syncwarp();
-        if (lane == 0 && previous_stage >= 0) mbar_arrive(&ctl.empty[previous_stage]);
-        previous_stage = stage;
-      }
-      if (++stage == C::kStages) stage = 0, phase ^= 1;
-      if constexpr (C::kFp8) {
-        const float s00 = sa_lo * sb0, s01 = sa_lo * sb1, s10 = sa_hi * sb0, s11 = sa_hi * sb1;
-#pragma unroll
-        for (int j = 0; j < C::kGroups; ++j) {
-          const bool second = (use_blk1 >> j) & 1u;
-          const float lo = second ? s01 : s00, hi = second ? s11 : s10;
-          acc[4 * j + 0] += part[4 * j + 0] * lo;
-          acc[4 * j + 1] += part[4 * j + 1] * lo;
-          acc[4 * j + 2] += part[4 * j + 2] * hi;
-          acc[4 * j + 3] += part[4 * j + 3] * hi;
-        }
-      }
-    }
-
-    if constexpr (!C::kFp8) {
-      wgmma_wait<0>();
-      fence_accumulators(acc);
-      __syncwarp();
-      if (lane == 0 && previous_stage >= 0) mbar_arrive(&ctl.empty[previous_stage]);
+    if constexpr (C::kFp8) {
+      fp8_main_loop<C>(p, tiles, ctl, t, acc, stage, phase, a_offset, b_offset0, b_offset1, r_lo,
+                       blk0, blk1, use_blk1);
+    } else {
+      bf16_main_loop<C>(p, tiles, ctl, acc, stage, phase, a_offset, b_offset0, b_offset1);
     }
 
     // ---- epilogue ----
+    if (p.row_pair != nullptr) {
+      reduce_tile<C::kHalfGroups>(p, acc[0], wg_col0, r_lo, t.row_end);
+      reduce_tile<C::kHalfGroups>(p, acc[1], wg_col0 + C::kWgN / 2, r_lo, t.row_end);
+      continue;
+    }
     if (!p.gated) {
       switch (p.out_kind) {
         case kOutBf16:
-          store_tile<__nv_bfloat16, C::kGroups>(p, acc, 1, wg_col0, r_lo, t.row_end);
+          store_tile<__nv_bfloat16, C::kHalfGroups>(p, acc[0], wg_col0, r_lo, t.row_end);
+          store_tile<__nv_bfloat16, C::kHalfGroups>(p, acc[1], wg_col0 + C::kWgN / 2, r_lo,
+                                                    t.row_end);
           break;
         case kOutFp16:
-          store_tile<__half, C::kGroups>(p, acc, 1, wg_col0, r_lo, t.row_end);
+          store_tile<__half, C::kHalfGroups>(p, acc[0], wg_col0, r_lo, t.row_end);
+          store_tile<__half, C::kHalfGroups>(p, acc[1], wg_col0 + C::kWgN / 2, r_lo, t.row_end);
           break;
         default:
-          store_tile<float, C::kGroups>(p, acc, 1, wg_col0, r_lo, t.row_end);
+          store_tile<float, C::kHalfGroups>(p, acc[0], wg_col0, r_lo, t.row_end);
+          store_tile<float, C::kHalfGroups>(p, acc[1], wg_col0 + C::kWgN / 2, r_lo, t.row_end);
           break;
       }
       continue;

@@ -11,6 +11,17 @@ namespace modmoe::cuda::sm90 {
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
+// D(64x16, fp32) {+}= A(64x16) * B(16x16)^T, both bf16 K-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n16k16_bf16(float (&d)[8], uint64_t desc_a,
+                                                          uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+}
+
 // D(64x32, fp32) {+}= A(64x16) * B(32x16)^T, both bf16 K-major in shared memory.
 __device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[16], uint64_t desc_a,
                                                           uint64_t desc_b, bool accumulate) {
@@ -55,6 +66,17 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t 
       : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
 }
 
+// D(64x16, fp32) {+}= A(64x32) * B(16x32)^T, both e4m3 K-major in shared memory.
+__device__ __forceinline__ void wgmma_m64n16k32_e4m3(float (&d)[8], uint64_t desc_a,
+                                                          uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+}
+
 // D(64x32, fp32) {+}= A(64x32) * B(32x32)^T, both e4m3 K-major in shared memory.
 __device__ __forceinline__ void wgmma_m64n32k32_e4m3(float (&d)[16], uint64_t desc_a,
                                                           uint64_t desc_b, bool accumulate) {
@@ -91,6 +113,12 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t d
 template <int N, bool kFp8>
 struct Wgmma;
 template <>
+struct Wgmma<16, false> {
+  static __device__ __forceinline__ void run(float (&d)[8], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n16k16_bf16(d, a, b, acc);
+  }
+};
+template <>
 struct Wgmma<32, false> {
   static __device__ __forceinline__ void run(float (&d)[16], uint64_t a, uint64_t b, bool acc) {
     wgmma_m64n32k16_bf16(d, a, b, acc);
@@ -112,6 +140,12 @@ template <>
 struct Wgmma<256, false> {
   static __device__ __forceinline__ void run(float (&d)[128], uint64_t a, uint64_t b, bool acc) {
     wgmma_m64n256k16_bf16(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<16, true> {
+  static __device__ __forceinline__ void run(float (&d)[8], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n16k32_e4m3(d, a, b, acc);
   }
 };
 template <>
