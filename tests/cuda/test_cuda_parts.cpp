@@ -32,6 +32,7 @@
 #include "cuda/cuda_prepare_finalize.h"
 #include "cuda/cuda_session.h"
 #include "cuda/gpu_test.h"
+#include "cuda/sm90/sm90_experts.h"
 #include "modmoe/modmoe.h"
 #include "modmoe/numeric.h"
 #include "oracle/oracle.h"
@@ -612,6 +613,27 @@ TEST(CudaExperts, ApplyRejectsWrongDevicesAndSmallWorkspaces) {
                 cuda::CudaExperts bad(fp32);
               }),
               HasSubstr("in_dtype must be bf16 or fp16"));
+}
+
+// A host-side rule (no GPU needed): Sm90Experts hands decode-sized bf16 applies to the portable
+// pipeline, by expected rows per expert; fp8 configs always stay on the Hopper kernels.
+TEST(Sm90Experts, FewRowsPerExpertRunThePortablePipelineInBf16Only) {
+  MoEConfig cfg;
+  cfg.num_experts = cfg.num_local_experts = 128;
+  cfg.hidden_size = 256;
+  cfg.intermediate_size = 256;
+  cfg.topk = 8;
+  cfg.in_dtype = DType::bf16;
+  const cuda::Sm90Experts bf16(cfg);
+  EXPECT_TRUE(bf16.runs_portable(1));     // 8 pairs on 8 experts: 1 row each
+  EXPECT_TRUE(bf16.runs_portable(128));   // 1024 pairs on 128 experts: 8 rows each
+  EXPECT_FALSE(bf16.runs_portable(129));  // 1032 pairs: 9 rows each
+  EXPECT_FALSE(bf16.runs_portable(8192));
+  MoEConfig fp8 = cfg;
+  fp8.quant.scheme = QuantScheme::fp8_block;
+  const cuda::Sm90Experts block(fp8);
+  EXPECT_FALSE(block.runs_portable(1));
+  EXPECT_FALSE(block.runs_portable(8192));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 //     workspace13: (none: GEMM2 writes the output)
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/validate.h"
@@ -157,12 +158,36 @@ void check_sm90_config(const char* name, const MoEConfig& c) {
 Sm90Experts::Sm90Experts(const MoEConfig& config, bool reduce_in_gemm2)
     : Experts(config), reduce_in_gemm2_(reduce_in_gemm2) {
   check_sm90_config("Sm90Experts", config);
+  // The small-M route (runs_portable) is for the default, fixed-order reduce; an Sm90Experts
+  // asked to fold the reduce into GEMM2 always runs that epilogue (and keeps its smaller
+  // workspace).
+  if (!is_fp8(config) && !reduce_in_gemm2) portable_ = std::make_unique<CudaExperts>(config);
 }
 
-WorkspaceShapes Sm90Experts::workspace_shapes(int64_t M, int64_t, int64_t K, int64_t, int64_t,
-                                              int64_t, const ExpertTokensMetadata*) const {
+bool Sm90Experts::runs_portable(int64_t M) const {
+  if (!portable_) return false;
+  const int64_t pairs = M * config().topk;
+  const int64_t busy = std::max<int64_t>(1, std::min(config().num_local_experts, pairs));
+  return (pairs + busy - 1) / busy <= kDecodeRowsPerExpert;
+}
+
+WorkspaceShapes Sm90Experts::workspace_shapes(int64_t M, int64_t N, int64_t K, int64_t topk,
+                                              int64_t E, int64_t E_local,
+                                              const ExpertTokensMetadata* meta) const {
   const StandardLayout l = standard_layout(config(), M, reduce_in_gemm2_, nullptr, nullptr);
-  return byte_workspaces(l.ws13_bytes, l.ws2_bytes, {M, K}, config().in_dtype);
+  size_t ws13 = l.ws13_bytes, ws2 = l.ws2_bytes;
+  if (portable_) {
+    // An apply of up to M tokens may take the portable pipeline, but only one of at most
+    // kDecodeRowsPerExpert * E_local / topk tokens: its workspace for that many.
+    const int64_t M_portable =
+        std::min<int64_t>(M, kDecodeRowsPerExpert * std::max<int64_t>(1, E_local) /
+                                 std::max<int64_t>(1, topk));
+    const WorkspaceShapes w =
+        portable_->workspace_shapes(M_portable, N, K, topk, E, E_local, meta);
+    ws13 = std::max<size_t>(ws13, static_cast<size_t>(shape_numel(w.workspace13)));
+    ws2 = std::max<size_t>(ws2, static_cast<size_t>(shape_numel(w.workspace2)));
+  }
+  return byte_workspaces(ws13, ws2, {M, K}, config().in_dtype);
 }
 
 TopKWeightAndReducePtr Sm90Experts::finalize_weight_and_reduce_impl() const {
@@ -179,6 +204,7 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
       << "deterministic forward forbids; set Context::deterministic = false, or build it with "
       << "reduce_in_gemm2 = false";
   if (M == 0) return;
+  if (runs_portable(M)) return portable_->apply(ctx, a);
 
   DeviceGuard guard(ctx.device.index);
   const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);

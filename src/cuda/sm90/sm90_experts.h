@@ -13,8 +13,10 @@
 // "auto" picks them only there). sm90_experts_unsupported() says which configs they take.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "cuda/cuda_experts.h"
 #include "modmoe/experts.h"
 
 namespace modmoe::cuda {
@@ -41,8 +43,16 @@ class Sm90Experts final : public Experts {
   TopKWeightAndReducePtr finalize_weight_and_reduce_impl() const override;
   void apply(const Context& ctx, const ApplyArgs& args) override;
 
+  // Whether an apply of M tokens runs the portable CudaExperts pipeline instead: bf16 with at
+  // most kDecodeRowsPerExpert expected rows per expert. There the portable kernels' fused
+  // gather (no row copy before GEMM1) and 16-row tiles beat the Hopper path (measured on the
+  // H200, 2026-11-29: e.g. Qwen3-30B-A3B M = 1 55.7 vs 62 us, M = 16 218 vs 231 us; perf.md).
+  bool runs_portable(int64_t M) const;
+  static constexpr int64_t kDecodeRowsPerExpert = 8;
+
  private:
   bool reduce_in_gemm2_;
+  std::unique_ptr<CudaExperts> portable_;  // bf16 configs only
 };
 
 class BatchedSm90Experts final : public Experts {
