@@ -55,6 +55,12 @@ struct GemmArgs {
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   bool scales_mn_major = false;
+  // MX-FP8 instead of block scales (fp8 a and b only): E8M0 scales (one byte: 2^(v - 127)) per 32
+  // elements along K, K-major: a_scale_mx (rows, K/32), b_scale_mx (E, N_b, K/32). The kernel
+  // promotes every 32-wide K step (one wgmma) with a per-row times per-column scale.
+  bool mx = false;
+  const uint8_t* a_scale_mx = nullptr;
+  const uint8_t* b_scale_mx = nullptr;
 
   bool gated = false;
   GatedLayout gated_layout = GatedLayout::GateUp;
