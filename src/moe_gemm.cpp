@@ -32,6 +32,23 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b, co
   MODMOE_CHECK(o.scale_major_mode == "K" || o.scale_major_mode == "MN")
       << kFn << ": scale_major_mode must be \"K\" or \"MN\", got \"" << o.scale_major_mode << "\"";
   const bool mn_major = o.scale_major_mode == "MN";
+  // fp8 inputs: the scales' dtype picks the scheme, e8m0 MX-FP8 (one scale per 32 along K),
+  // otherwise fp32 block scales (also when none are given: their checks then say what is
+  // missing). One e8m0 and one fp32 scale is no scheme at all: refused by name, so the caller
+  // does not get a shape complaint about the other one.
+  const bool a_mx = a_scale.defined() && a_scale.dtype() == DType::e8m0;
+  const bool b_mx = b_scale.defined() && b_scale.dtype() == DType::e8m0;
+  const bool mx = dtype == DType::fp8_e4m3 && (a_mx || b_mx);
+  MODMOE_CHECK(!mx || !a_scale.defined() || !b_scale.defined() || a_mx == b_mx)
+      << kFn << ": a_scale and b_scale must both be e8m0 (MX-FP8, one scale per 32 along K) or "
+      << "both fp32 (fp8 block scales), got a_scale " << a_scale.describe() << " and b_scale "
+      << b_scale.describe();
+  const QuantScheme scheme = dtype == DType::bf16 ? QuantScheme::none
+                             : mx                 ? QuantScheme::mxfp8
+                                                  : QuantScheme::fp8_block;
+  MODMOE_CHECK(!mx || !mn_major)
+      << kFn << ": scale_major_mode must be \"K\" with MX-FP8 inputs (e8m0 scales), got \"MN\": "
+      << "MX scales are K-major only";
   int64_t N_out = N_b;
   if (o.gated) {
     MODMOE_CHECK(N_b % 2 == 0) << kFn << ": b.size(1) must be even for gated, got " << N_b;
@@ -49,6 +66,10 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b, co
   MODMOE_CHECK(N_out % 16 == 0) << kFn << ": N_out must be a multiple of 16, got " << N_out;
   const bool fp8_out = out.dtype() == DType::fp8_e4m3;
   if (fp8_out) {
+    // That out is the fp8_block operand (fp32 scales per row and 128 columns), not an MX one.
+    MODMOE_CHECK(!mx) << kFn << ": out must be bf16, fp16 or fp32 with MX-FP8 inputs (e8m0 "
+                      << "scales), got " << out.describe() << ": an fp8_e4m3 out writes fp8 "
+                      << "block scales (fp32, one per row and 128 columns)";
     MODMOE_CHECK(o.gated) << kFn << ": an fp8_e4m3 out (quantized gated output) needs gated = true";
     MODMOE_CHECK(N_out % kBlockSize == 0)
         << kFn << ": an fp8_e4m3 out needs N_out to be a multiple of 128 (one scale per row and "
@@ -64,8 +85,16 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b, co
   MODMOE_CHECK(m_indptr.defined() && m_indptr.ndim() == 1 && m_indptr.numel() == E + 1)
       << kFn << ": m_indptr must have E+1 = " << E + 1 << " elements, got " << m_indptr.describe();
   check_tensor(kFn, "m_indptr", m_indptr, {DType::int32}, {E + 1}, "(E+1)", ctx.device);
-  const QuantScheme scheme = dtype == DType::fp8_e4m3 ? QuantScheme::fp8_block : QuantScheme::none;
-  if (scheme == QuantScheme::fp8_block) {
+  if (scheme == QuantScheme::mxfp8) {
+    MODMOE_CHECK(K % kMxBlockSize == 0)
+        << kFn << ": K must be a multiple of 32 for MX-FP8 scales (one e8m0 per 32 along K), got "
+        << K;
+    const int64_t kg = K / kMxBlockSize;
+    check_tensor(kFn, "a_scale", a_scale, {DType::e8m0}, {rows, kg}, "(total_rows, K/32)",
+                 ctx.device);
+    check_tensor(kFn, "b_scale", b_scale, {DType::e8m0}, {E, N_b, kg}, "(E, N_b, K/32)",
+                 ctx.device);
+  } else if (scheme == QuantScheme::fp8_block) {
     MODMOE_CHECK(K % kBlockSize == 0)
         << kFn << ": K must be a multiple of 128 for fp8 block scales, got " << K;
     const int64_t kb = K / kBlockSize, nb = (N_b + kBlockSize - 1) / kBlockSize;

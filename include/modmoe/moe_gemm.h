@@ -3,12 +3,17 @@
 //
 //   out[rows of e] = a[rows of e] · b[e]^T            rows of e = [m_indptr[e], m_indptr[e+1])
 //
-// a (total_rows, K) and b (E, N_b, K) are both bf16, or both fp8 e4m3 with fp32 block scales of
-// granularity (1, 128, 128): a_scale (total_rows, K/128), b_scale (E, ceil(N_b/128), K/128), both
-// K-major ("scale_major_mode" "K"), or both MN-major ("MN": a_scale (K/128, total_rows), b_scale
-// (E, K/128, ceil(N_b/128))). m_indptr (E+1) int32 lives on the compute device and is not
-// read on the host (on the CPU backend it is host memory and is validated). Experts may be
-// empty; rows outside [m_indptr[0], m_indptr[E]) are not written. Gated: N_out = N_b / 2, the
+// a (total_rows, K) and b (E, N_b, K) are both bf16, or both fp8 e4m3 with scales whose dtype
+// picks the scheme (a_scale and b_scale must agree):
+//   fp32  block scales of granularity (1, 128, 128), K a multiple of 128: a_scale (total_rows,
+//         K/128), b_scale (E, ceil(N_b/128), K/128), both K-major ("scale_major_mode" "K"), or
+//         both MN-major ("MN": a_scale (K/128, total_rows), b_scale (E, K/128, ceil(N_b/128)));
+//   e8m0  MX-FP8 (quant.h's mxfp8): one power-of-two scale 2^(v-127) per 32 elements along K,
+//         K a multiple of 32: a_scale (total_rows, K/32), b_scale (E, N_b, K/32), K-major only;
+//         out bf16, fp16 or fp32 (the fp8 out below writes fp8_block scales, not MX ones).
+// m_indptr (E+1) int32 lives on the compute device and is not read on the host (on the CPU
+// backend it is host memory and is validated). Experts may be empty; rows outside
+// [m_indptr[0], m_indptr[E]) are not written. Gated: N_out = N_b / 2, the
 // kernel computes both halves of a tile and writes act(gate) * up (GatedLayout says which half
 // is which); plain: N_out = N_b. out (total_rows, N_out) bf16 (fp16/fp32 accepted), or, gated
 // only, fp8_e4m3 with out_scale fp32 (total_rows, N_out/128): act(gate)*up quantized per row
@@ -22,6 +27,8 @@
 //              device or the build cannot run it
 // "MN" scales and the fp8 out run on the CPU and on the Hopper kernel; the portable CUDA kernel
 // takes neither (automatic then needs the Hopper kernel, and says so when it cannot run).
+// MX-FP8 runs on the CPU and the portable kernel (fp8: sm89+); automatic uses the Hopper kernel
+// for it only where that kernel accepts MX scales, the portable one otherwise.
 #pragma once
 
 #include <string>
@@ -47,7 +54,8 @@ struct MoeGemmOptions {
   bool gated = false;
   GatedLayout gated_layout = GatedLayout::GateUp;  // FlashInfer's is_gated order is UpGate
   Activation activation = Activation::silu;        // a gated form, used when gated
-  std::string scale_major_mode = "K";              // "K" or "MN" (not on the portable kernel)
+  std::string scale_major_mode = "K";              // "K" or "MN" (not on the portable kernel,
+                                                   // nor for MX scales)
   Tensor out_scale;  // fp8 gated output only: (total_rows, N_out/128) fp32
   MoeGemmKernel kernel = MoeGemmKernel::automatic;
   MoeGemmScheduler scheduler = MoeGemmScheduler::cooperative;  // Hopper kernel only

@@ -827,11 +827,16 @@ def moe_gemm_groupwise(
     """Grouped GEMM over experts: out[rows of e] = a[rows of e] @ b[e].T.
 
     Inputs: a (total_rows, K) and b (E, N_b, K), both bf16, or both fp8 e4m3 (uint8 bytes,
-    ml_dtypes or torch float8) with fp32 block scales of granularity (1, 128, 128) (K a
-    multiple of 128), laid out by ``scale_major_mode``:
+    ml_dtypes or torch float8) with scales whose dtype picks the scheme. fp32 block scales of
+    granularity (1, 128, 128) (K a multiple of 128), laid out by ``scale_major_mode``:
 
     - "K" (default): a_scale (total_rows, K/128), b_scale (E, ceil(N_b/128), K/128);
     - "MN": the transposes, a_scale (K/128, total_rows), b_scale (E, K/128, ceil(N_b/128)).
+
+    Or MX-FP8: e8m0 scales (torch.float8_e8m0fnu, ml_dtypes float8_e8m0fnu, or uint8 bytes as
+    ``quantize_fp8(x, "mxfp8")`` returns them for numpy), one power of two 2^(v-127) per 32
+    elements along K (K a multiple of 32): a_scale (total_rows, K/32), b_scale (E, N_b, K/32),
+    "K"-major only, with a bf16, fp16 or fp32 out.
 
     m_indptr (E+1) int32 on the same device: expert e owns rows [m_indptr[e], m_indptr[e+1]);
     experts may be empty and rows outside every expert are left untouched. With ``gated``
@@ -888,10 +893,12 @@ def moe_gemm_groupwise(
     if fp8_out and out_scale is None:
         out_scale = _empty(fn, a, (a_shape[0], n_out // 128), "fp32")
     fp8_in = "fp8_e4m3" if a_scale is not None or b_scale is not None else None
+    # Scales: block scales are fp32, so a uint8 a_scale / b_scale can only hold e8m0 (MX) bytes.
     device = _device(fn, "a", a)
     _core.moe_gemm_groupwise(
         _arg(fn, "a", a, fp8_in), _arg(fn, "b", b, fp8_in),
-        _arg(fn, "a_scale", a_scale), _arg(fn, "b_scale", b_scale), _arg(fn, "m_indptr", m_indptr),
+        _arg(fn, "a_scale", a_scale, "e8m0"), _arg(fn, "b_scale", b_scale, "e8m0"),
+        _arg(fn, "m_indptr", m_indptr),
         _arg(fn, "out", out, "fp8_e4m3"), _arg(fn, "out_scale", out_scale), bool(gated),
         _str(fn, "gated_layout", gated_layout), _str(fn, "activation", activation),
         scale_major_mode, kernel, scheduler, tile, _stream(fn, a, device, stream),

@@ -1,7 +1,8 @@
 // moe_gemm_groupwise on the CPU: dequantize A rows to fp32, the blocked grouped GEMM
 // (cpu::grouped_gemm_nt dequantizes B per panel), then the (gated) epilogue, which stores the
 // row as is or, for an fp8_e4m3 out, quantizes it per 128 columns like the fp8_block
-// activation quantizer (the operand GEMM2 takes).
+// activation quantizer (the operand GEMM2 takes). fp8_block and mxfp8 inputs share the path:
+// the row and expert helpers read either scale layout of quant.h.
 //
 // "MN"-major scales are the transposed layout GPU kernels prefer (FlashInfer's and DeepGEMM's
 // option). Here they are only turned back into the K-major values the rest of the path
@@ -60,23 +61,27 @@ void moe_gemm_groupwise(const Context&, const Tensor& a, const Tensor& b, const 
   const int64_t first = offsets[0], last = offsets[E];
   if (last == first) return;
 
-  // A rows in fp32 (only the rows some expert owns).
+  // A rows in fp32 (only the rows some expert owns). A row's scales are k_groups consecutive
+  // elements of a_scale when K-major: fp32 for fp8_block, e8m0 bytes for mxfp8 (which
+  // dequantize_row reads as such); MN-major (fp8_block only) gathers them into fp32.
   std::vector<float> A((last - first) * K), C((last - first) * N_b);
   const size_t a_row_bytes = K * dtype_size(a.dtype());
-  const int64_t k_groups = quantized ? K / kBlockSize : 0;
-  const float* a_scales = quantized ? a_scale.data_ptr<const float>() : nullptr;
+  const int64_t k_groups = quantized ? K / scale_group_k(scheme, K) : 0;
+  const size_t a_scale_row_bytes = quantized ? k_groups * dtype_size(a_scale.dtype()) : 0;
+  const char* a_scales = quantized ? static_cast<const char*>(a_scale.data()) : nullptr;
 #pragma omp parallel
   {
-    std::vector<float> gathered(k_groups);  // one row's A scales when they are MN-major
+    std::vector<float> gathered(mn_major ? k_groups : 0);  // one row's MN-major A scales
 #pragma omp for schedule(static)
     for (int64_t r = first; r < last; ++r) {
       const void* row = static_cast<const char*>(a.data()) + r * a_row_bytes;
-      const float* rs = nullptr;
+      const void* rs = nullptr;
       if (mn_major) {
-        for (int64_t g = 0; g < k_groups; ++g) gathered[g] = a_scales[g * rows + r];
+        const float* mn_scales = reinterpret_cast<const float*>(a_scales);
+        for (int64_t g = 0; g < k_groups; ++g) gathered[g] = mn_scales[g * rows + r];
         rs = gathered.data();
       } else if (quantized) {
-        rs = a_scales + r * k_groups;
+        rs = a_scales + r * a_scale_row_bytes;
       }
       dequantize_input_row(row, a.dtype(), K, scheme, rs, A.data() + (r - first) * K);
     }

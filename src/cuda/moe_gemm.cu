@@ -17,7 +17,7 @@ constexpr const char* kFn = "moe_gemm_groupwise";
 
 sm90::GemmArgs sm90_args(const Context& ctx, const Tensor& a, const Tensor& b,
                          const Tensor& a_scale, const Tensor& b_scale, const Tensor& m_indptr,
-                         const Tensor& out, const MoeGemmOptions& o) {
+                         const Tensor& out, QuantScheme scheme, const MoeGemmOptions& o) {
   sm90::GemmArgs g;
   g.a = a.data();
   g.total_rows = a.size(0);
@@ -27,8 +27,16 @@ sm90::GemmArgs sm90_args(const Context& ctx, const Tensor& a, const Tensor& b,
   g.K = b.size(2);
   g.ab_dtype = a.dtype();
   g.m_indptr = m_indptr.data_ptr<int32_t>();
-  g.a_scale = a_scale.defined() ? a_scale.data_ptr<float>() : nullptr;
-  g.b_scale = b_scale.defined() ? b_scale.data_ptr<float>() : nullptr;
+  // Block scales are fp32, MX scales e8m0 bytes: each kind goes to its own fields only, so the
+  // kernel never reads one as the other.
+  g.mx = scheme == QuantScheme::mxfp8;
+  if (g.mx) {
+    g.a_scale_mx = static_cast<const uint8_t*>(a_scale.data());
+    g.b_scale_mx = static_cast<const uint8_t*>(b_scale.data());
+  } else {
+    g.a_scale = a_scale.defined() ? a_scale.data_ptr<float>() : nullptr;
+    g.b_scale = b_scale.defined() ? b_scale.data_ptr<float>() : nullptr;
+  }
   g.scales_mn_major = o.scale_major_mode == "MN";
   g.gated = o.gated;
   g.gated_layout = o.gated_layout;
@@ -50,10 +58,13 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b, co
   DeviceGuard guard(ctx.device.index);
   const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
   const bool hopper = sm90::available(ctx.device.index);
+  // What only the Hopper kernel runs. MX-FP8 is not among it (the portable kernel takes it):
+  // with automatic, a Hopper kernel that refuses MX (sm90::can_implement) hands the call on to
+  // the portable kernel below, and one that accepts it runs it.
   const bool needs_hopper = o.scale_major_mode == "MN" || out.dtype() == DType::fp8_e4m3 ||
                             o.kernel == MoeGemmKernel::sm90;
   if (o.kernel != MoeGemmKernel::portable && (hopper || needs_hopper)) {
-    const sm90::GemmArgs g = sm90_args(ctx, a, b, a_scale, b_scale, m_indptr, out, o);
+    const sm90::GemmArgs g = sm90_args(ctx, a, b, a_scale, b_scale, m_indptr, out, scheme, o);
     const std::string reason = hopper ? sm90::can_implement(g)
                                       : "the device is not sm_90 or the build has no sm_90a "
                                         "kernels";
@@ -89,7 +100,7 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b, co
   g.K = b.size(2);
   g.m_indptr = m_indptr.data_ptr<int32_t>();
   g.max_rows = a.size(0);
-  g.scheme = scheme;
+  g.scheme = scheme;  // fp8_block: fp32 scales; mxfp8: e8m0 bytes, (rows, K/32), (E, N_b, K/32)
   g.a_scale = a_scale.defined() ? a_scale.data() : nullptr;
   g.b_scale = b_scale.defined() ? b_scale.data() : nullptr;
   g.gated = o.gated;

@@ -379,5 +379,189 @@ TEST(MoeGemmGroupwise, RejectsBadScaleModesFp8OutsAndKernelOptions) {
   EXPECT_NE(run(in.a_scale, in.b_scale, out_plain, portable), "<no error>");
 }
 
+// ---- MX-FP8: e4m3 a and b with e8m0 scales per 32 along K --------------------------------
+
+struct MxCase {
+  int64_t E, N_b, K;
+  std::vector<int32_t> indptr;  // E + 1
+  int64_t rows;
+  bool gated;
+  GatedLayout layout;
+  DType out_dtype;
+};
+
+struct MxInputs {
+  OwnedTensor a, b, a_scale, b_scale, m_indptr, out;
+};
+
+// e4m3 codes of normal draws (never all zero) and e8m0 exponents drawn per group: a in
+// 2^-7..2^7, b in 2^-17..2^-5 (weights are small; the gated products then land where silu is
+// neither linear nor saturated). Groups differ by up to 2^14, so a scale read from the wrong
+// group or row cannot go unnoticed.
+MxInputs make_mx_inputs(const MxCase& c, uint64_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_int_distribution<int> a_exponent(120, 134), b_exponent(110, 122);
+  const int64_t groups = c.K / 32, N_out = c.gated ? c.N_b / 2 : c.N_b;
+  MxInputs in;
+  in.a = host_tensor(DType::fp8_e4m3, {c.rows, c.K});
+  in.b = host_tensor(DType::fp8_e4m3, {c.E, c.N_b, c.K});
+  in.a_scale = host_tensor(DType::e8m0, {c.rows, groups});
+  in.b_scale = host_tensor(DType::e8m0, {c.E, c.N_b, groups});
+  for (const Tensor& t : {in.a.tensor(), in.b.tensor()})
+    for (int64_t i = 0; i < t.numel(); ++i)
+      static_cast<uint8_t*>(t.data())[i] = float_to_e4m3(normal(rng));
+  for (int64_t i = 0; i < in.a_scale.tensor().numel(); ++i)
+    in.a_scale.data_ptr<uint8_t>()[i] = static_cast<uint8_t>(a_exponent(rng));
+  for (int64_t i = 0; i < in.b_scale.tensor().numel(); ++i)
+    in.b_scale.data_ptr<uint8_t>()[i] = static_cast<uint8_t>(b_exponent(rng));
+  in.m_indptr = host_tensor(DType::int32, {c.E + 1});
+  for (int64_t e = 0; e <= c.E; ++e) in.m_indptr.data_ptr<int32_t>()[e] = c.indptr[e];
+  in.out = poisoned(c.out_dtype, {c.rows, N_out});
+  return in;
+}
+
+// The MX definition in double: e4m3 value times 2^(v - 127) of the element's 32-wide K group.
+double mx_value(const Tensor& q, const Tensor& scale, int64_t row, int64_t k) {
+  const int64_t K = q.size(-1), groups = scale.size(-1);
+  const double v = load_float(q.data(), DType::fp8_e4m3, row * K + k);
+  const int exponent = static_cast<const uint8_t*>(scale.data())[row * groups + k / 32];
+  return std::ldexp(v, exponent - 127);
+}
+
+double silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+TEST(MoeGemmGroupwise, MxFp8MatchesDoubleReferenceOnTheCpu) {
+  const std::vector<MxCase> cases = {
+      // K = 96: three groups, not a multiple of 128; rows 0-1 and 13-14 belong to no expert,
+      // expert 0 is empty.
+      {3, 96, 96, {2, 2, 9, 13}, 15, true, GatedLayout::UpGate, DType::fp32},
+      // Plain, N_b = 80 (no multiple of 32), experts 1 and 3 empty, rows 19-20 unowned.
+      {4, 80, 160, {0, 5, 5, 19, 19}, 21, false, GatedLayout::GateUp, DType::fp32},
+      // One K group, the last expert empty, interleaved gate/up rows, a bf16 out.
+      {2, 64, 32, {0, 7, 7}, 7, true, GatedLayout::Interleaved, DType::bf16},
+      {5, 32, 224, {1, 2, 4, 4, 10, 11}, 12, false, GatedLayout::GateUp, DType::bf16},
+  };
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const MxCase& c = cases[ci];
+    SCOPED_TRACE("MX case " + std::to_string(ci));
+    MxInputs in = make_mx_inputs(c, 300 + ci);
+    MoeGemmOptions o;
+    o.gated = c.gated;
+    o.gated_layout = c.layout;
+    moe_gemm_groupwise(Context::cpu(), in.a, in.b, in.a_scale, in.b_scale, in.m_indptr, in.out, o);
+
+    const int64_t N_out = c.gated ? c.N_b / 2 : c.N_b;
+    // fp32 out: only fp32 accumulation differs from the reference, so the bound is |a|·|b|
+    // summed (the scale of the rounding), not the result. bf16 out: its own rounding.
+    const double accumulate = 5e-5, store = c.out_dtype == DType::bf16 ? 8e-3 : 1e-6;
+    for (int64_t e = 0; e < c.E; ++e) {
+      for (int64_t r = c.indptr[e]; r < c.indptr[e + 1]; ++r) {
+        std::vector<double> h(c.N_b, 0.0), h_abs(c.N_b, 0.0);
+        for (int64_t n = 0; n < c.N_b; ++n) {
+          for (int64_t k = 0; k < c.K; ++k) {
+            const double p =
+                mx_value(in.a, in.a_scale, r, k) * mx_value(in.b, in.b_scale, e * c.N_b + n, k);
+            h[n] += p;
+            h_abs[n] += std::fabs(p);
+          }
+        }
+        for (int64_t j = 0; j < N_out; ++j) {
+          double ref = h[j], tol = accumulate * h_abs[j];
+          if (c.gated) {
+            const int64_t g = gate_column(c.layout, j, N_out), u = up_column(c.layout, j, N_out);
+            ref = silu(h[g]) * h[u];
+            // silu' is at most 1.1 in magnitude: how the gate's and up's errors reach the out.
+            tol =
+                accumulate * (1.1 * std::fabs(h[u]) * h_abs[g] + std::fabs(silu(h[g])) * h_abs[u]);
+          }
+          const double got = load_float(in.out.tensor().data(), c.out_dtype, r * N_out + j);
+          ASSERT_TRUE(std::isfinite(got)) << "row " << r << " col " << j;
+          ASSERT_NEAR(got, ref, tol + store * std::fabs(ref)) << "row " << r << " col " << j;
+        }
+      }
+    }
+    expect_rows_outside_poisoned(in.out, c.indptr.front(), c.indptr.back(), "MX out");
+  }
+}
+
+TEST(MoeGemmGroupwise, MxFp8RejectsWhatTheContractForbids) {
+  const auto cpu = Context::cpu();
+  // K/32 = 8 groups and N_b = 384: the fp8_block shapes (12, 2) and (4, 3, 2) all differ.
+  MxCase c{4, 384, 256, {0, 3, 3, 10, 12}, 12, false, GatedLayout::GateUp, DType::bf16};
+  MxInputs in = make_mx_inputs(c, 31);
+  auto run = [&](const Tensor& a_scale, const Tensor& b_scale, const Tensor& out,
+                 const MoeGemmOptions& o) {
+    return error_of(
+        [&] { moe_gemm_groupwise(cpu, in.a, in.b, a_scale, b_scale, in.m_indptr, out, o); });
+  };
+  EXPECT_EQ(run(in.a_scale, in.b_scale, in.out, {}), "<no error>");
+
+  // Scale shapes: MX's own, not the block ones.
+  OwnedTensor a_scale_block = host_tensor(DType::e8m0, {12, 2}),
+              b_scale_block = host_tensor(DType::e8m0, {4, 3, 8});
+  EXPECT_THAT(run(a_scale_block, in.b_scale, in.out, {}),
+              HasSubstr("moe_gemm_groupwise: a_scale must be e8m0 (total_rows, K/32) = (12, 8), "
+                        "got e8m0 (12, 2)"));
+  EXPECT_THAT(run(in.a_scale, b_scale_block, in.out, {}),
+              HasSubstr("moe_gemm_groupwise: b_scale must be e8m0 (E, N_b, K/32) = (4, 384, 8), "
+                        "got e8m0 (4, 3, 8)"));
+  EXPECT_THAT(run({}, in.b_scale, in.out, {}),
+              HasSubstr("a_scale must be e8m0 (total_rows, K/32) = (12, 8), got undefined"));
+
+  // One e8m0 and one fp32 scale: no scheme, either way round.
+  OwnedTensor a_scale_fp32 = host_tensor(DType::fp32, {12, 2}),
+              b_scale_fp32 = host_tensor(DType::fp32, {4, 3, 2});
+  for (const Tensor& t : {a_scale_fp32.tensor(), b_scale_fp32.tensor()})
+    for (int64_t i = 0; i < t.numel(); ++i) static_cast<float*>(t.data())[i] = 0.5f;
+  EXPECT_THAT(run(in.a_scale, b_scale_fp32, in.out, {}),
+              HasSubstr("moe_gemm_groupwise: a_scale and b_scale must both be e8m0 (MX-FP8, one "
+                        "scale per 32 along K) or both fp32 (fp8 block scales), got a_scale e8m0 "
+                        "(12, 8) on cpu and b_scale fp32 (4, 3, 2) on cpu"));
+  EXPECT_THAT(run(a_scale_fp32, in.b_scale, in.out, {}),
+              HasSubstr("got a_scale fp32 (12, 2) on cpu and b_scale e8m0 (4, 384, 8) on cpu"));
+  // ... while two fp32 scales of the block shapes are still the fp8_block scheme.
+  EXPECT_EQ(run(a_scale_fp32, b_scale_fp32, in.out, {}), "<no error>");
+
+  // MX scales are K-major only.
+  MoeGemmOptions mn;
+  mn.scale_major_mode = "MN";
+  EXPECT_THAT(run(in.a_scale, in.b_scale, in.out, mn),
+              HasSubstr("moe_gemm_groupwise: scale_major_mode must be \"K\" with MX-FP8 inputs "
+                        "(e8m0 scales), got \"MN\": MX scales are K-major only"));
+
+  // The fp8 out is the fp8_block operand: not with MX inputs.
+  MoeGemmOptions gated;
+  gated.gated = true;
+  OwnedTensor out8 = host_tensor(DType::fp8_e4m3, {12, 192});
+  OwnedTensor out8_scale = host_tensor(DType::fp32, {12, 1});
+  gated.out_scale = out8_scale;
+  EXPECT_THAT(run(in.a_scale, in.b_scale, out8, gated),
+              HasSubstr("moe_gemm_groupwise: out must be bf16, fp16 or fp32 with MX-FP8 inputs "
+                        "(e8m0 scales), got fp8_e4m3 (12, 192) on cpu"));
+  OwnedTensor out_gated = host_tensor(DType::fp32, {12, 192});
+  gated.out_scale = Tensor();
+  EXPECT_EQ(run(in.a_scale, in.b_scale, out_gated, gated), "<no error>");
+
+  // K: a multiple of 32 (one scale per 32; the portable CUDA kernel's 16 is implied).
+  OwnedTensor a48 = host_tensor(DType::fp8_e4m3, {12, 48}),
+              b48 = host_tensor(DType::fp8_e4m3, {4, 384, 48});
+  OwnedTensor a48_scale = host_tensor(DType::e8m0, {12, 2}),
+              b48_scale = host_tensor(DType::e8m0, {4, 384, 2});
+  EXPECT_THAT(error_of([&] {
+                moe_gemm_groupwise(cpu, a48, b48, a48_scale, b48_scale, in.m_indptr, in.out);
+              }),
+              HasSubstr("moe_gemm_groupwise: K must be a multiple of 32 for MX-FP8 scales (one "
+                        "e8m0 per 32 along K), got 48"));
+
+  // e8m0 scales on bf16 inputs are still "no scales".
+  OwnedTensor a16 = host_tensor(DType::bf16, {12, 256}),
+              b16 = host_tensor(DType::bf16, {4, 384, 256});
+  EXPECT_THAT(error_of([&] {
+                moe_gemm_groupwise(cpu, a16, b16, in.a_scale, in.b_scale, in.m_indptr, in.out);
+              }),
+              HasSubstr("bf16 inputs take no scales, got a_scale e8m0 (12, 8) on cpu"));
+}
+
 }  // namespace
 }  // namespace modmoe

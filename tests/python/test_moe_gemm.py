@@ -175,6 +175,118 @@ def test_fp8_out_as_ml_dtypes_float8(rng):
     np.testing.assert_array_equal(s[owned], expected_s[owned])
 
 
+# ---- MX-FP8: e4m3 with e8m0 scales per 32 along K ---------------------------------------------
+
+
+def _mx_problem(rng, rows=13, E=4, N_b=96, K=160):
+    """MX a (rows, K) and b (E, N_b, K) as uint8 e4m3 codes of normal draws with uint8 e8m0
+    exponents (a 2^-7..2^7, b 2^-17..2^-5, drawn per 32-wide K group), their float64 values by
+    the definition, and m_indptr leaving rows 0 and rows-1 to no expert (expert 2 is empty)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    groups = K // 32
+    a_q = rng.standard_normal((rows, K)).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    b_q = rng.standard_normal((E, N_b, K)).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    a_scale = rng.integers(120, 135, (rows, groups)).astype(np.uint8)
+    b_scale = rng.integers(110, 123, (E, N_b, groups)).astype(np.uint8)
+
+    def value(q, scale):
+        decoded = q.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+        return decoded * np.repeat(np.exp2(scale.astype(np.float64) - 127.0), 32, axis=-1)
+
+    indptr = np.array([1, 4, 9, 9, rows - 1], dtype=np.int32)
+    return a_q, b_q, a_scale, b_scale, value(a_q, a_scale), value(b_q, b_scale), indptr
+
+
+def _mx_check(out, expected, indptr, rtol):
+    owned = slice(indptr[0], indptr[-1])
+    assert np.isfinite(out[owned]).all()
+    for e in range(len(indptr) - 1):  # per expert: one wrong expert cannot hide in the average
+        rows = slice(indptr[e], indptr[e + 1])
+        if indptr[e + 1] > indptr[e]:
+            assert ref.relative_error(out[rows], expected[rows]) < rtol, f"expert {e}"
+    assert np.isnan(out[0]).all() and np.isnan(out[-1]).all()  # rows of no expert: untouched
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("layout", ["gate_up", "up_gate", "interleaved"])
+def test_mxfp8_matches_float64_with_uint8_scales(rng, gated, layout):
+    a_q, b_q, a_scale, b_scale, a_val, b_val, indptr = _mx_problem(rng)
+    n_out = b_q.shape[1] // 2 if gated else b_q.shape[1]
+    out = np.full((a_q.shape[0], n_out), np.nan, np.float32)
+    returned = modmoe.moe_gemm_groupwise(a_q, b_q, indptr, a_scale, b_scale, gated=gated,
+                                         gated_layout=layout, out=out)  # fmt: skip
+    assert returned is out
+    _mx_check(out, _reference(a_val, b_val, indptr, gated, layout), indptr, 1e-5)
+
+
+def test_mxfp8_ml_dtypes_scales_and_bf16_out(rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if not hasattr(ml_dtypes, "float8_e8m0fnu"):
+        pytest.skip("this ml_dtypes has no float8_e8m0fnu")
+    a_q, b_q, a_scale, b_scale, a_val, b_val, indptr = _mx_problem(rng)
+    expected = _reference(a_val, b_val, indptr, True)
+    out = modmoe.moe_gemm_groupwise(
+        a_q.view(ml_dtypes.float8_e4m3fn), b_q.view(ml_dtypes.float8_e4m3fn), indptr,
+        a_scale.view(ml_dtypes.float8_e8m0fnu), b_scale.view(ml_dtypes.float8_e8m0fnu),
+        gated=True,
+    )  # fmt: skip
+    assert out.dtype == ml_dtypes.bfloat16 and out.shape == (a_q.shape[0], b_q.shape[1] // 2)
+    owned = slice(indptr[0], indptr[-1])
+    assert ref.relative_error(out[owned].astype(np.float64), expected[owned]) < 1e-2
+
+
+def test_mxfp8_torch_float8_e8m0fnu(rng):
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e8m0fnu") or not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8_e8m0fnu")
+    a_q, b_q, a_scale, b_scale, a_val, b_val, indptr = _mx_problem(rng)
+    expected = _reference(a_val, b_val, indptr, False)
+    out = torch.full((a_q.shape[0], b_q.shape[1]), float("nan"), dtype=torch.float32)
+    returned = modmoe.moe_gemm_groupwise(
+        torch.from_numpy(a_q).view(torch.float8_e4m3fn),
+        torch.from_numpy(b_q).view(torch.float8_e4m3fn), torch.from_numpy(indptr),
+        torch.from_numpy(a_scale).view(torch.float8_e8m0fnu),
+        torch.from_numpy(b_scale).view(torch.float8_e8m0fnu), out=out,
+    )  # fmt: skip
+    assert returned is out
+    _mx_check(out.numpy(), expected, indptr, 1e-5)
+
+
+def test_mxfp8_takes_the_quantizers_output(rng):
+    # quantize_fp8 / quantize_weights with "mxfp8" give exactly the operands the op takes.
+    rows, E, N_b, K = 9, 2, 64, 96
+    a = (rng.standard_normal((rows, K)) * rng.uniform(0.1, 20.0, (rows, 1))).astype(np.float32)
+    b = (rng.standard_normal((E, N_b, K)) / np.sqrt(K)).astype(np.float32)
+    a_q, a_scale = modmoe.quantize_fp8(a, "mxfp8")
+    b_q, b_scale = modmoe.quantize_weights(b, "mxfp8")
+    assert a_scale.shape == (rows, K // 32) and b_scale.shape == (E, N_b, K // 32)
+    a_deq = modmoe.dequantize_fp8(a_q, a_scale, "mxfp8").astype(np.float64)
+    b_deq = modmoe.dequantize_fp8(b_q, b_scale, "mxfp8").astype(np.float64)
+    indptr = np.array([0, 6, rows], dtype=np.int32)
+    out = modmoe.moe_gemm_groupwise(a_q, b_q, indptr, a_scale, b_scale, gated=True,
+                                    out_dtype="fp32")  # fmt: skip
+    expected = _reference(a_deq, b_deq, indptr, True)
+    assert ref.relative_error(out, expected) < 1e-5
+
+
+def test_mxfp8_errors(rng):
+    a_q, b_q, a_scale, b_scale, _, _, indptr = _mx_problem(rng, N_b=256)
+    rows = a_q.shape[0]
+    message = r'scale_major_mode must be "K" with MX-FP8 inputs .*: MX scales are K-major only'
+    with pytest.raises(ValueError, match=message):
+        modmoe.moe_gemm_groupwise(a_q, b_q, indptr, a_scale, b_scale, scale_major_mode="MN")
+    with pytest.raises(ValueError, match=r"out must be bf16, fp16 or fp32 with MX-FP8 inputs"):
+        modmoe.moe_gemm_groupwise(a_q, b_q, indptr, a_scale, b_scale, gated=True,
+                                  out_dtype="fp8_e4m3")  # fmt: skip
+    b_scale_fp32 = np.ones((b_q.shape[0], 2, 2), np.float32)  # refused for its dtype first
+    with pytest.raises(ValueError, match=r"a_scale and b_scale must both be e8m0 .* or both "
+                                         r"fp32 .*, got a_scale e8m0"):
+        modmoe.moe_gemm_groupwise(a_q, b_q, indptr, a_scale, b_scale_fp32)
+    with pytest.raises(ValueError, match=r"a_scale must be e8m0 \(total_rows, K/32\) = "
+                                         rf"\({rows}, 5\), got e8m0 \({rows}, 4\)"):
+        modmoe.moe_gemm_groupwise(a_q, b_q, indptr, a_scale[:, :4].copy(), b_scale)
+
+
 # ---- options and their errors ----------------------------------------------------------------
 
 
