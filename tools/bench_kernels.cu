@@ -68,6 +68,14 @@ __global__ void fill_uniform_kernel(float* data, int64_t n, uint64_t seed, float
   }
 }
 
+__global__ void fill_e8m0_kernel(uint8_t* codes, int64_t n, uint64_t seed, int lo, int span) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix64(seed * 0x100000001b3ull + static_cast<uint64_t>(i));
+    codes[i] = static_cast<uint8_t>(lo + static_cast<int>((h >> 32) % static_cast<uint64_t>(span)));
+  }
+}
+
 constexpr int kReadThreads = 256;
 constexpr int kReadBlocks = 132 * 8;  // a few waves on any current GPU; grid-stride beyond
 
@@ -297,6 +305,12 @@ void fill_e4m3(uint8_t* codes, int64_t n, uint64_t seed, cudaStream_t stream) {
 void fill_uniform(float* data, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
   fill_uniform_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(data, n, seed, lo, hi);
   check_launch("fill_uniform");
+}
+
+void fill_e8m0(uint8_t* codes, int64_t n, uint64_t seed, int lo, int hi, cudaStream_t stream) {
+  MODMOE_CHECK(0 <= lo && lo <= hi && hi <= 255) << "fill_e8m0: need 0 <= lo <= hi <= 255";
+  fill_e8m0_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(codes, n, seed, lo, hi - lo + 1);
+  check_launch("fill_e8m0");
 }
 
 int64_t stream_read_sink_words() { return int64_t(kReadBlocks) * kReadThreads / 32; }

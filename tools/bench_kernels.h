@@ -25,6 +25,8 @@ void fill_normal(void* data, DType dtype, int64_t n, uint64_t seed, float stddev
 void fill_e4m3(uint8_t* codes, int64_t n, uint64_t seed, cudaStream_t stream);
 // data[i] uniform in [lo, hi).
 void fill_uniform(float* data, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
+// e8m0 codes (MX scales, 2^(code - 127)) uniform in [lo, hi].
+void fill_e8m0(uint8_t* codes, int64_t n, uint64_t seed, int lo, int hi, cudaStream_t stream);
 
 // ---- bandwidth ------------------------------------------------------------------------------
 

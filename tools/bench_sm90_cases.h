@@ -151,22 +151,25 @@ struct Fc1Case {
   int64_t rows_per_expert = 0, rows = 0;
   std::string tile_fused, tile_unfused, tile_fp8_out;
   double flops = 0, weight_bytes = 0, bytes = 0;
-  Measured fused, unfused, portable, fp8_out;
+  // fp8 only, mx: the fused FC1 with MX-FP8 scales (e8m0 per 32 along K) instead of block-128
+  // ones, same codes, checked against the portable kernel's MX result.
+  Measured fused, unfused, portable, fp8_out, mx;
   std::string error;  // the case could not be set up (or its reference is broken)
 
   double speedup() const { return unfused.us() / fused.us(); }
+  double mx_cost() const { return mx.us() / fused.us(); }  // MX time over block-128 time
   double vs_portable() const { return portable.us() / fused.us(); }
   double tflops() const { return flops / (fused.us() * 1e-6) * 1e-12; }
   double weight_gbps() const { return weight_bytes / (fused.us() * 1e-6) * 1e-9; }
   bool decode() const { return rows_per_expert == 1; }
   bool failed() const {
     return !error.empty() || fused.failed() || unfused.failed() || portable.failed() ||
-           fp8_out.failed();
+           fp8_out.failed() || mx.failed();
   }
 };
 
 // Fills `c` (its shape, dtype and rows per expert given): the portable reference, then the
-// fused, unfused and (fp8) fp8-out variants, each checked against it and timed.
+// fused, unfused and (fp8) fp8-out and MX variants, each checked against its reference and timed.
 void run_fc1_case(Env& env, Fc1Case& c, const Weights& w, uint64_t seed);
 
 // ---- the scheduler at decode --------------------------------------------------------------------
@@ -223,7 +226,9 @@ struct WorkspaceCase {
   // outputs, which an unfused fp8 path keeps in bf16 too (only the operands are e4m3), so fp8
   // counts 2 bytes as well: counting 1 would understate the unfused path.
   double unfused_bytes = 0;
-  WorkspacePart sm90, portable;  // "Sm90Experts", "CudaExperts"
+  // "Sm90Experts", the same with reduce_in_gemm2 (GEMM2 adds into (M, K) token rows: no
+  // (M * topk, K) buffer), "CudaExperts"
+  WorkspacePart sm90, sm90_fold, portable;
 
   static double ratio(const WorkspacePart& p, double reference) {
     return p.ok() ? double(p.total_bytes()) / reference : NAN;

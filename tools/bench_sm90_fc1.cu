@@ -1,13 +1,16 @@
 // `modmoe-bench --gemm`, fused vs unfused FC1: the sm90 kernel with act(gate)*up in its
 // epilogue against the same kernel ungated followed by the activation kernel, the portable
-// kernel as the reference, and for fp8 inputs the fused variant that quantizes its output.
+// kernel as the reference, and for fp8 inputs the fused variant that quantizes its output and
+// the fused variant with MX-FP8 scales.
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "bench_device.h"
+#include "bench_kernels.h"
 #include "bench_sm90_cases.h"
 #include "cuda/activation.h"
 #include "cuda/sm90/sm90_gemm.h"
@@ -17,6 +20,49 @@
 namespace modmoe::bench::gemm_bench {
 
 namespace sm90 = modmoe::cuda::sm90;
+
+namespace {
+
+// The fused FC1 on the same e4m3 codes with MX scales: e8m0 codes around the block scales'
+// magnitudes (weights ~ N(0, 1/K) as make_weights makes them; activations ~ N(0, 1)), a random
+// one per 32 K elements of every row. Its reference is the portable kernel's MX result
+// (computed once, untimed). `out` is scratch (the fused buffer, checked already).
+void run_mx_variant(Env& env, Fc1Case& c, const Weights& w, const Activations& x,
+                    const Tensor& tm, DeviceBuffer& out) {
+  const Fc1Shape& s = *c.shape;
+  const int64_t rows = c.rows, N = s.N2 / 2, kq = s.K / kMxBlockSize;
+  c.mx.attempted = true;
+  DeviceBuffer a_mx(size_t(rows * kq)), b_mx(size_t(s.E * s.N2 * kq)), ref(size_t(rows * N) * 2);
+  // 2^(code - 127) ~ 1 / (112 sqrt(K)) for the weights, ~ 1 / 112 for the activations.
+  const int b_code = 127 - static_cast<int>(std::lround(std::log2(112.0 * std::sqrt(double(s.K)))));
+  fill_e8m0(b_mx.as<uint8_t>(), s.E * s.N2 * kq, 91, b_code - 1, b_code + 1, env.stream);
+  fill_e8m0(a_mx.as<uint8_t>(), rows * kq, 92, 127 - 7 - 1, 127 - 7 + 1, env.stream);
+  const Tensor ta_mx = on_gpu(a_mx, DType::e8m0, {rows, kq}),
+               tb_mx = on_gpu(b_mx, DType::e8m0, {s.E, s.N2, kq});
+  const Tensor t_out = on_gpu(out, DType::bf16, {rows, N}), t_ref = on_gpu(ref, DType::bf16, {rows, N});
+  MoeGemmOptions o;
+  o.gated = true;
+  o.gated_layout = GatedLayout::GateUp;
+  o.activation = Activation::silu;
+  o.kernel = MoeGemmKernel::portable;
+  try {
+    poison(ref, env.stream);
+    moe_gemm_groupwise(env.ctx, x.ta, w.tb, ta_mx, tb_mx, tm, t_ref, o);
+    ensure_context_alive("the portable MX reference");
+  } catch (const ContextLost&) {
+    throw;
+  } catch (const std::exception& e) {
+    c.mx.error = std::string("the portable MX reference failed: ") + e.what();
+    return;
+  }
+  o.kernel = MoeGemmKernel::sm90;
+  measure(
+      env, c.mx, [&] { poison(out, env.stream); },
+      [&] { moe_gemm_groupwise(env.ctx, x.ta, w.tb, ta_mx, tb_mx, tm, t_out, o); },
+      [&] { return compare(env, out.get(), ref.get(), rows * N); });
+}
+
+}  // namespace
 
 void run_fc1_case(Env& env, Fc1Case& c, const Weights& w, uint64_t seed) {
   const Fc1Shape& s = *c.shape;
@@ -91,6 +137,8 @@ void run_fc1_case(Env& env, Fc1Case& c, const Weights& w, uint64_t seed) {
       against_ref(act.get()));
 
   if (c.dtype != DType::fp8_e4m3) return;
+  run_mx_variant(env, c, w, x, tm, fused);
+
   // The fp8-out fused variant: act(gate)*up quantized per row and 128 columns (GEMM2's input).
   c.fp8_out.tolerance = kFp8OutTolerance;
   c.tile_fp8_out = sm90::choose_tile(rows, N, K, E, true, DType::fp8_e4m3, true, env.info.sm_count);

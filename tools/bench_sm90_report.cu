@@ -13,6 +13,7 @@
 
 #include "bench_json.h"
 #include "bench_sm90_cases.h"
+#include "cuda/sm90/sm90_experts.h"
 #include "modmoe/experts.h"
 #include "modmoe/moe_gemm.h"
 #include "modmoe/registry.h"
@@ -92,6 +93,8 @@ std::string fc1_json(const Fc1Case& c, const Ceilings& ceil, double read_bw) {
       .add("unfused", measured_json(c.unfused, c.flops))
       .add("portable", measured_json(c.portable, c.flops))
       .add("fused_fp8_out", measured_json(c.fp8_out, c.flops))
+      .add("fused_mx", measured_json(c.mx, c.flops))
+      .num("mx_time_over_block128", c.mx_cost())
       .num("speedup_fused_vs_unfused", c.speedup())
       .num("speedup_fused_vs_portable", c.vs_portable())
       .num("fused_tflops", c.tflops())
@@ -153,10 +156,12 @@ double worst_diff(std::initializer_list<const Measured*> ms) {
 void print_fc1_table(const std::vector<Fc1Case>& cases, const Env& env) {
   std::printf(
       "\nFC1 (gated, bf16 out): fused = sm90 gated; unfused = sm90 plain + activation_and_mul; "
-      "portable = mma.sync gated\n");
-  std::printf("%-16s %-4s %5s %7s %-8s %10s %10s %5s %10s %5s %7s %5s %6s %5s %9s %8s %s\n",
+      "portable = mma.sync gated; mx = fused with MX-FP8 scales (e8m0 per 32 along K), mx/f = its "
+      "time over block-128's\n");
+  std::printf("%-16s %-4s %5s %7s %-8s %10s %10s %5s %10s %5s %7s %5s %6s %5s %9s %9s %5s %8s %s\n",
               "shape", "dt", "r/exp", "rows", "tile", "fused_us", "unfused_us", "f/u", "portbl_us",
-              "p/f", "TFLOP/s", "%peak", "wGB/s", "%BW", "fp8out_us", "max_diff", "notes");
+              "p/f", "TFLOP/s", "%peak", "wGB/s", "%BW", "fp8out_us", "mx_us", "mx/f", "max_diff",
+              "notes");
   for (const Fc1Case& c : cases) {
     std::printf("%-16s %-4s %5lld %7lld %-8s ", c.shape->name, dtype_label(c.dtype),
                 static_cast<long long>(c.rows_per_expert), static_cast<long long>(c.rows),
@@ -166,16 +171,18 @@ void print_fc1_table(const std::vector<Fc1Case>& cases, const Env& env) {
       continue;
     }
     const double peak = env.ceilings.tflops(c.dtype);
-    std::printf("%10s %10s %5s %10s %5s %7s %5s %6s %5s %9s %8.1e ", cell(c.fused).c_str(),
+    const bool fp8 = c.dtype == DType::fp8_e4m3;
+    std::printf("%10s %10s %5s %10s %5s %7s %5s %6s %5s %9s %9s %5s %8.1e ", cell(c.fused).c_str(),
                 cell(c.unfused).c_str(), number(c.speedup(), "%.2f").c_str(),
                 cell(c.portable).c_str(), number(c.vs_portable(), "%.2f").c_str(),
                 number(c.tflops(), "%.0f").c_str(), number(100 * c.tflops() / peak, "%.0f").c_str(),
                 number(c.weight_gbps(), "%.0f").c_str(),
                 number(100 * c.weight_gbps() * 1e9 / env.ceilings.read_bw, "%.0f").c_str(),
-                c.dtype == DType::fp8_e4m3 ? cell(c.fp8_out).c_str() : "-",
-                worst_diff({&c.fused, &c.unfused, &c.fp8_out}));
-    std::string notes =
-        problem("fused", c.fused) + problem("unfused", c.unfused) + problem("fp8out", c.fp8_out);
+                fp8 ? cell(c.fp8_out).c_str() : "-", fp8 ? cell(c.mx).c_str() : "-",
+                fp8 ? number(c.mx_cost(), "%.2f").c_str() : "-",
+                worst_diff({&c.fused, &c.unfused, &c.fp8_out, &c.mx}));
+    std::string notes = problem("fused", c.fused) + problem("unfused", c.unfused) +
+                        problem("fp8out", c.fp8_out) + problem("mx", c.mx);
     if (c.speedup() < 1.0) notes += "fused-slower ";
     if (c.decode()) notes += "decode ";
     std::printf("%s\n", notes.c_str());
@@ -318,9 +325,11 @@ int64_t shape_bytes(const Shape& shape, DType dtype) {
 // the workspaces of one chunk, and the fused output in the caller's output (a NoOp-reducing
 // part writing (M, K) in the input dtype), in workspace13 (when the part allows it and it fits),
 // or in a buffer of its own.
+// `reduce_in_gemm2`: Sm90Experts built with the top-k reduce folded into GEMM2 (not a registry
+// entry of its own: the same part with a constructor option).
 void size_part(WorkspacePart& p, const char* name, const MoEConfig& cfg, int64_t M,
-               const Context& ctx) {
-  p.name = name;
+               const Context& ctx, bool reduce_in_gemm2 = false) {
+  p.name = reduce_in_gemm2 ? "Sm90Experts(reduce_in_gemm2)" : name;
   const ExpertsEntry* entry = find_experts(name);
   if (entry == nullptr) {
     p.skipped = "not registered";
@@ -344,7 +353,9 @@ void size_part(WorkspacePart& p, const char* name, const MoEConfig& cfg, int64_t
     return;
   }
   try {
-    const std::shared_ptr<Experts> experts = entry->make(cfg, Backend::cuda);
+    const std::shared_ptr<Experts> experts =
+        reduce_in_gemm2 ? std::make_shared<cuda::Sm90Experts>(cfg, true)
+                        : entry->make(cfg, Backend::cuda);
     const int64_t N = cfg.intermediate_size, K = cfg.hidden_size, E = cfg.num_experts,
                   E_local = cfg.num_local_experts, topk = cfg.topk;
     p.chunk =
@@ -421,6 +432,7 @@ std::vector<WorkspaceCase> run_workspace_study(const Env& env) {
         c.unfused_bytes =
             double(M) * double(kLayerTopk) * double(std::max(2 * N, K) + std::max(N, K)) * 2.0;
         size_part(c.sm90, "Sm90Experts", cfg, M, env.ctx);
+        size_part(c.sm90_fold, "Sm90Experts", cfg, M, env.ctx, /*reduce_in_gemm2=*/true);
         size_part(c.portable, "CudaExperts", cfg, M, env.ctx);
         cases.push_back(std::move(c));
       }
@@ -432,7 +444,8 @@ std::vector<WorkspaceCase> run_workspace_study(const Env& env) {
 void print_workspace_table(const std::vector<WorkspaceCase>& cases) {
   bool any_output_buffer = false;
   for (const WorkspaceCase& c : cases)
-    any_output_buffer |= c.sm90.output_bytes > 0 || c.portable.output_bytes > 0;
+    any_output_buffer |=
+        c.sm90.output_bytes > 0 || c.sm90_fold.output_bytes > 0 || c.portable.output_bytes > 0;
   std::printf(
       "\nPeak workspace per forward (MoE layer, topk %lld, E_local = E; MiB = 2^20 B): "
       "workspace13 + workspace2 from workspace_shapes() at forward's chunk size%s\n",
@@ -443,20 +456,25 @@ void print_workspace_table(const std::vector<WorkspaceCase>& cases) {
   std::printf(
       "unfused = M*topk*(max(2N,K) + max(N,K)) elements x 2 B, bf16 and fp8 alike (those "
       "buffers hold GEMM outputs, bf16 in an unfused fp8 path too; only GEMM operands are "
-      "e4m3); s/unf, p/unf = the part's total / unfused\n");
-  std::printf("%-16s %-4s %5s %11s %9s %9s %9s %6s %9s %9s %9s %6s %s\n", "shape", "dt", "M",
-              "unfused_MiB", "sm90_ws13", "sm90_ws2", "sm90_MiB", "s/unf", "port_ws13", "port_ws2",
-              "port_MiB", "p/unf", "notes");
+      "e4m3); s/unf, f/unf, p/unf = the part's total / unfused (fold = Sm90Experts with the top-k "
+      "reduce in GEMM2's epilogue)\n");
+  std::printf("%-16s %-4s %5s %11s %9s %9s %9s %6s %9s %6s %9s %9s %9s %6s %s\n", "shape", "dt",
+              "M", "unfused_MiB", "sm90_ws13", "sm90_ws2", "sm90_MiB", "s/unf", "fold_MiB", "f/unf",
+              "port_ws13", "port_ws2", "port_MiB", "p/unf", "notes");
   for (const WorkspaceCase& c : cases) {
-    std::printf("%-16s %-4s %5lld %11s %9s %9s %9s %6s %9s %9s %9s %6s %s%s\n", c.shape->name,
+    std::printf("%-16s %-4s %5lld %11s %9s %9s %9s %6s %9s %6s %9s %9s %9s %6s %s%s%s\n",
+                c.shape->name,
                 dtype_label(c.dtype), static_cast<long long>(c.M),
                 mib(static_cast<int64_t>(c.unfused_bytes)).c_str(), mib(c.sm90.ws13_bytes).c_str(),
                 mib(c.sm90.ws2_bytes).c_str(), mib(c.sm90.total_bytes()).c_str(),
                 number(WorkspaceCase::ratio(c.sm90, c.unfused_bytes), "%.2f").c_str(),
+                mib(c.sm90_fold.total_bytes()).c_str(),
+                number(WorkspaceCase::ratio(c.sm90_fold, c.unfused_bytes), "%.2f").c_str(),
                 mib(c.portable.ws13_bytes).c_str(), mib(c.portable.ws2_bytes).c_str(),
                 mib(c.portable.total_bytes()).c_str(),
                 number(WorkspaceCase::ratio(c.portable, c.unfused_bytes), "%.2f").c_str(),
-                part_note("sm90", c.sm90).c_str(), part_note("port", c.portable).c_str());
+                part_note("sm90", c.sm90).c_str(), part_note("fold", c.sm90_fold).c_str(),
+                part_note("port", c.portable).c_str());
   }
 }
 
@@ -475,6 +493,7 @@ std::string workspace_json(const WorkspaceCase& c) {
       .num("unfused_bytes", c.unfused_bytes)
       .num("unfused_element_bytes", int64_t(2))
       .add("sm90", part_json(c.sm90, c.unfused_bytes))
+      .add("sm90_reduce_in_gemm2", part_json(c.sm90_fold, c.unfused_bytes))
       .add("portable", part_json(c.portable, c.unfused_bytes));
   return j.dump(4);
 }

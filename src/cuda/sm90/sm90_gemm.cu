@@ -266,8 +266,18 @@ std::string can_implement(const GemmArgs& g) {
   } else if ((g.K * dtype_size(g.ab_dtype)) % 16 != 0 || g.K <= 0) {
     why << "K * element size must be a positive multiple of 16 bytes (TMA row pitch), got K = "
         << g.K;
-  } else if (g.mx) {
-    why << "MX-FP8 (E8M0 scales per 32 along K) is not in the Hopper kernel yet";
+  } else if (g.mx && (!fp8 || g.d_dtype == DType::fp8_e4m3 || g.row_pair != nullptr)) {
+    why << "MX-FP8 scales need fp8_e4m3 a and b and a bf16, fp16 or fp32 out, with no folded "
+           "reduce";
+  } else if (g.mx && g.K % 128 != 0) {
+    why << "K must be a multiple of 128 for MX-FP8 in the Hopper kernel (a K block reads one "
+           "4-byte word of each scale row), got "
+        << g.K;
+  } else if (g.mx && ((reinterpret_cast<uintptr_t>(g.a_scale_mx) |
+                       reinterpret_cast<uintptr_t>(g.b_scale_mx)) %
+                          4 !=
+                      0)) {
+    why << "MX-FP8 scales must be 4-byte aligned";
   } else if (fp8 && g.K % 128 != 0) {
     why << "K must be a multiple of 128 for fp8 block scales, got " << g.K;
   } else if (g.total_rows >= (int64_t{1} << 31) || g.E >= (int64_t{1} << 31) ||
@@ -280,7 +290,7 @@ std::string can_implement(const GemmArgs& g) {
     why << "a, b and out must be 16-byte aligned";
   } else if (g.gated && g.N_b % 16 != 0) {
     why << "gated needs b.size(1) to be a multiple of 16, got " << g.N_b;
-  } else if (fp8 && g.gated && g.gated_layout != GatedLayout::Interleaved &&
+  } else if (fp8 && !g.mx && g.gated && g.gated_layout != GatedLayout::Interleaved &&
              (g.N_b / 2) % 128 != 0) {
     why << "fp8 gated (GateUp/UpGate) needs N = b.size(1)/2 to be a multiple of 128 (one weight "
            "scale block per half of a tile), got "
@@ -323,7 +333,13 @@ KernelParams make_params(const GemmArgs& g, const TileEntry& tile) {
   p.num_k_blocks = static_cast<int32_t>(ceil_div(g.K, fp8 ? 128 : 64));
   p.N = static_cast<int32_t>(g.gated ? g.N_b / 2 : g.N_b);
   p.N_out = static_cast<int32_t>(g.n_out());
-  if (fp8) {
+  p.N_b = static_cast<int32_t>(g.N_b);
+  if (fp8 && g.mx) {
+    p.mx = 1;
+    p.a_scale_mx = g.a_scale_mx;
+    p.b_scale_mx = g.b_scale_mx;
+    p.mx_row_bytes = static_cast<int32_t>(g.K / 32);
+  } else if (fp8) {
     const int64_t kb = g.K / 128, nb = ceil_div(g.N_b, 128);
     p.a_scale = g.a_scale;
     p.b_scale = g.b_scale;

@@ -47,6 +47,14 @@ struct KernelParams {
   int64_t b_e_stride, b_n_stride, b_k_stride;
   int32_t b_n_blocks;
 
+  // MX-FP8 instead (mx != 0): e8m0 bytes, a (rows, K/32) and b (E, N_b, K/32), K-major;
+  // mx_row_bytes = K/32. One K block (128 elements) reads a 4-byte word of each row's scales.
+  int32_t mx;
+  const uint8_t* a_scale_mx;
+  const uint8_t* b_scale_mx;
+  int32_t mx_row_bytes;
+  int32_t N_b;
+
   int32_t gated;        // gated tiles hold [BN/2 gate rows][BN/2 up rows] of B
   int32_t up_gate;      // UpGate layout: the gate is the second half of B's rows
   int32_t interleaved;  // Interleaved layout (gate 2j, up 2j + 1)
@@ -328,74 +336,197 @@ __device__ __forceinline__ void promote(float (&acc)[2][C::kHalfAcc],
 }
 
 // fp8 block scales apply to one K block's product at a time, so each block's wgmmas write a
-// product buffer that is then scaled into acc ("promotion"). With registers to spare (consumer
-// tiles of <= 64 columns), two product buffers alternate: block kb's wgmmas run while block
-// kb-1's product is promoted (the loop is unrolled by two so that each buffer is a compile-time
-// register set). Wider tiles keep one buffer (a second spilled: ptxas, 2026-11-29) and overlap
-// only across the two consumer warpgroups.
+// product buffer that is then scaled into acc ("promotion"); the two consumer warpgroups overlap
+// one's promotion with the other's wgmmas. (Two alternating product buffers, block k's wgmmas
+// running while block k-1 is promoted, were tried for consumer tiles of <= 64 columns: ptxas
+// then serializes every wgmma of those kernels (C7514) and the 64x64 / 64x128 fp8 tiles ran
+// 12-25 % slower on the H200, 2026-11-29; perf.md.)
 template <class C>
 __device__ __forceinline__ void fp8_main_loop(const KernelParams& p, uint8_t* tiles, Control& ctl,
                                               const WorkTile& t, float (&acc)[2][C::kHalfAcc],
                                               int& stage, uint32_t& phase, int a_offset,
                                               int b_offset0, int b_offset1, int32_t r_lo,
                                               int32_t blk0, int32_t blk1, uint32_t use_blk1) {
-  if constexpr (C::kAcc > 32) {
-    float part[2][C::kHalfAcc];
-    for (int kb = 0; kb < p.num_k_blocks; ++kb) {
-      const BlockScales scales = load_block_scales<C>(p, t, r_lo, blk0, blk1, kb);
-      const int current = stage;
-      issue_k_block<C>(part, tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, false);
-      wgmma_wait<0>();
-      fence_accumulators(part[0]);
-      fence_accumulators(part[1]);
-      release_stage(ctl, current);
-      promote<C>(acc, part, scales, use_blk1);
-    }
-    return;
+  float part[2][C::kHalfAcc];
+  for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+    const BlockScales scales = load_block_scales<C>(p, t, r_lo, blk0, blk1, kb);
+    const int current = stage;
+    issue_k_block<C>(part, tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, false);
+    wgmma_wait<0>();
+    fence_accumulators(part[0]);
+    fence_accumulators(part[1]);
+    release_stage(ctl, current);
+    promote<C>(acc, part, scales, use_blk1);
   }
-  float part[2][2][C::kHalfAcc];
-  const int blocks = p.num_k_blocks;
-  int previous_stage = -1;
-  BlockScales previous_scales;
-  for (int kb = 0; kb < blocks; kb += 2) {
-    {
-      const BlockScales scales = load_block_scales<C>(p, t, r_lo, blk0, blk1, kb);
-      const int current = stage;
-      issue_k_block<C>(part[0], tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, false);
-      if (kb > 0) {
-        wgmma_wait<1>();
-        fence_accumulators(part[1][0]);
-        fence_accumulators(part[1][1]);
-        release_stage(ctl, previous_stage);
-        promote<C>(acc, part[1], previous_scales, use_blk1);
+}
+
+// ---- MX-FP8: E8M0 scales per 32 along K ---------------------------------------------------------
+//
+// Every 32-wide K step (one wgmma) has its own scales, a per-row one for A and a per-column one
+// for B, so each step's product is promoted on its own: acc += part * (sa[row] * sb[column]).
+// That is two fp32 operations per accumulator per 32 K, more than the tensor cores need for
+// the step itself: MX on Hopper (no hardware block scaling) is bounded by the CUDA cores when
+// compute-bound (perf.md measures it against block-128).
+
+// A thread's scale words for one K block (4 e8m0 bytes: its 4 K steps): its two rows, and its
+// two columns of each 8-column group per accumulator half.
+template <class C>
+struct MxScaleWords {
+  uint32_t a[2];
+  uint32_t b[2][C::kHalfGroups][2];
+};
+
+// The B row of this thread's column c (0/1) of group jj in accumulator half h. Plain: the halves
+// are the consumer's left and right columns; gated: its gate and up rows of the same outputs.
+template <class C>
+__device__ __forceinline__ int32_t mx_column_b_row(const KernelParams& p, int32_t wg_col0, int h,
+                                                   int jj, int c) {
+  const int32_t quad_col = 2 * (threadIdx.x % 4) + c;
+  if (!p.gated) return wg_col0 + h * (C::kWgN / 2) + 8 * jj + quad_col;
+  const int32_t out = wg_col0 / 2 + 8 * jj + quad_col;
+  if (p.interleaved) return 2 * out + h;
+  return (h ^ p.up_gate) * p.N + out;
+}
+
+// Rows past the expert's end and B rows past N_b are never stored; they get scale 1 (code 0x7f)
+// rather than a read outside the scale tensors (or a code 0, which would send the thread down
+// the exact decode in every partial tile).
+constexpr uint32_t kMxUnitScales = 0x7f7f7f7fu;
+
+template <class C>
+__device__ __forceinline__ void load_mx_scales(const KernelParams& p, const WorkTile& t,
+                                               int32_t r_lo, int32_t wg_col0, int kb,
+                                               MxScaleWords<C>& w) {
+  const int64_t k_word = 4 * kb;  // byte offset of this K block in a scale row
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const int32_t row = r_lo + 8 * q;
+    w.a[q] = row < t.row_end ? __ldg(reinterpret_cast<const uint32_t*>(
+                                   p.a_scale_mx + int64_t{row} * p.mx_row_bytes + k_word))
+                             : kMxUnitScales;
+  }
+  const uint8_t* b_e = p.b_scale_mx + int64_t{t.expert} * p.N_b * p.mx_row_bytes + k_word;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int jj = 0; jj < C::kHalfGroups; ++jj) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int32_t row = mx_column_b_row<C>(p, wg_col0, h, jj, c);
+        w.b[h][jj][c] = row < p.N_b ? __ldg(reinterpret_cast<const uint32_t*>(
+                                          b_e + int64_t{row} * p.mx_row_bytes))
+                                    : kMxUnitScales;
       }
-      previous_stage = current;
-      previous_scales = scales;
-    }
-    if (kb + 1 < blocks) {
-      const BlockScales scales = load_block_scales<C>(p, t, r_lo, blk0, blk1, kb + 1);
-      const int current = stage;
-      issue_k_block<C>(part[1], tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, false);
-      wgmma_wait<1>();
-      fence_accumulators(part[0][0]);
-      fence_accumulators(part[0][1]);
-      release_stage(ctl, previous_stage);
-      promote<C>(acc, part[0], previous_scales, use_blk1);
-      previous_stage = current;
-      previous_scales = scales;
     }
   }
+}
+
+// Whether any byte of the words is one of the two e8m0 codes the fast decode gets wrong (0x00:
+// 2^-127, a subnormal; 0xff: NaN). A byte is 0x00 or 0xff iff its bits are all equal, i.e. iff
+// its 7 low bits of w ^ (w >> 1) are zero; adding 0x7f to those 7 bits then leaves bit 7 clear.
+template <class C>
+__device__ __forceinline__ bool mx_has_special_codes(const MxScaleWords<C>& w) {
+  uint32_t all_set = 0x80808080u;
+  auto check = [&all_set](uint32_t word) {
+    all_set &= ((word ^ (word >> 1)) & 0x7f7f7f7fu) + 0x7f7f7f7fu;
+  };
+  check(w.a[0]);
+  check(w.a[1]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int jj = 0; jj < C::kHalfGroups; ++jj) check(w.b[h][jj][0]), check(w.b[h][jj][1]);
+  return (all_set & 0x80808080u) != 0x80808080u;
+}
+
+// Byte kStep of a scale word as 2^(code - 127): the fast form shifts the code into the exponent
+// field (right for codes 1..254); the exact one (e8m0_value) also decodes 0x00 and 0xff as the
+// CPU does.
+template <int kStep, bool kExact>
+__device__ __forceinline__ float mx_scale(uint32_t word) {
+  const uint32_t code = (word >> (8 * kStep)) & 0xffu;
+  if constexpr (kExact) return e8m0_value(static_cast<uint8_t>(code));
+  return __uint_as_float(code << 23);
+}
+
+// acc[kHalf] += part * sa(row) * sb(column) for K step kStep of the block.
+template <class C, int kStep, int kHalf, bool kExact>
+__device__ __forceinline__ void promote_mx(float (&acc)[C::kHalfAcc],
+                                           const float (&part)[C::kHalfAcc],
+                                           const MxScaleWords<C>& w) {
+  const float sa_lo = mx_scale<kStep, kExact>(w.a[0]);
+  const float sa_hi = mx_scale<kStep, kExact>(w.a[1]);
+#pragma unroll
+  for (int jj = 0; jj < C::kHalfGroups; ++jj) {
+    const float sb0 = mx_scale<kStep, kExact>(w.b[kHalf][jj][0]);
+    const float sb1 = mx_scale<kStep, kExact>(w.b[kHalf][jj][1]);
+    const int i = 4 * jj;
+    acc[i + 0] = fmaf(part[i + 0], sa_lo * sb0, acc[i + 0]);
+    acc[i + 1] = fmaf(part[i + 1], sa_lo * sb1, acc[i + 1]);
+    acc[i + 2] = fmaf(part[i + 2], sa_hi * sb0, acc[i + 2]);
+    acc[i + 3] = fmaf(part[i + 3], sa_hi * sb1, acc[i + 3]);
+  }
+}
+
+// One 32-wide K step of an MX block for one accumulator half: its wgmma into `part`, waited
+// for, then promoted. A half at a time keeps one half-sized product buffer live (two, with the
+// 32 scale words of a 128-column consumer, spilled: ptxas, 2026-11-29); the other consumer
+// warpgroup's wgmmas fill the tensor cores meanwhile. `release`: free the stage once this
+// wgmma (the block's last) is done.
+template <class C, int kStep, int kHalf>
+__device__ __forceinline__ void mx_k_step(float (&acc)[2][C::kHalfAcc],
+                                          float (&part)[C::kHalfAcc], uint64_t desc_a,
+                                          uint64_t desc_b, const MxScaleWords<C>& w, bool special,
+                                          Control& ctl, int stage, bool release) {
+  wgmma_fence();
+  Wgmma<C::kWgN / 2, true>::run(part, desc_a + 2 * kStep, desc_b + 2 * kStep, false);
+  wgmma_commit();
   wgmma_wait<0>();
-  if (blocks == 0) return;
-  release_stage(ctl, previous_stage);
-  if ((blocks - 1) % 2 == 0) {
-    fence_accumulators(part[0][0]);
-    fence_accumulators(part[0][1]);
-    promote<C>(acc, part[0], previous_scales, use_blk1);
+  fence_accumulators(part);
+  if (release) release_stage(ctl, stage);
+  // Per thread (no wgmma inside): threads whose words hold a 0x00 or 0xff code decode exactly.
+  if (special) {
+    promote_mx<C, kStep, kHalf, true>(acc[kHalf], part, w);
   } else {
-    fence_accumulators(part[1][0]);
-    fence_accumulators(part[1][1]);
-    promote<C>(acc, part[1], previous_scales, use_blk1);
+    promote_mx<C, kStep, kHalf, false>(acc[kHalf], part, w);
+  }
+}
+
+template <class C, int kStep>
+__device__ __forceinline__ void mx_k_step(float (&acc)[2][C::kHalfAcc],
+                                          float (&part)[C::kHalfAcc], uint64_t desc_a,
+                                          uint64_t desc_b0, uint64_t desc_b1,
+                                          const MxScaleWords<C>& w, bool special, Control& ctl,
+                                          int stage) {
+  mx_k_step<C, kStep, 0>(acc, part, desc_a, desc_b0, w, special, ctl, stage, false);
+  mx_k_step<C, kStep, 1>(acc, part, desc_a, desc_b1, w, special, ctl, stage, kStep == 3);
+}
+
+// The MX main loop: per K block, the scale words are loaded before the stage's barrier wait;
+// the stage is freed once its last K step's wgmmas are done. The two consumer warpgroups
+// overlap one's promotion with the other's wgmmas.
+template <class C>
+__device__ __forceinline__ void mx_main_loop(const KernelParams& p, uint8_t* tiles, Control& ctl,
+                                             const WorkTile& t, float (&acc)[2][C::kHalfAcc],
+                                             int& stage, uint32_t& phase, int a_offset,
+                                             int b_offset0, int b_offset1, int32_t r_lo,
+                                             int32_t wg_col0) {
+  static_assert(C::kFp8 && C::kBK == 128, "MX runs in the fp8 kernels: 4 K steps per block");
+  float part[C::kHalfAcc];
+  for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+    MxScaleWords<C> w;
+    load_mx_scales<C>(p, t, r_lo, wg_col0, kb, w);
+    mbar_wait(&ctl.full[stage], phase);
+    const bool special = mx_has_special_codes<C>(w);
+    uint8_t* a_tile = tiles + stage * C::kStageBytes;
+    const uint64_t desc_a = kmajor_sw128_desc(a_tile + a_offset);
+    const uint64_t desc_b0 = kmajor_sw128_desc(a_tile + C::kABytes + b_offset0);
+    const uint64_t desc_b1 = kmajor_sw128_desc(a_tile + C::kABytes + b_offset1);
+    mx_k_step<C, 0>(acc, part, desc_a, desc_b0, desc_b1, w, special, ctl, stage);
+    mx_k_step<C, 1>(acc, part, desc_a, desc_b0, desc_b1, w, special, ctl, stage);
+    mx_k_step<C, 2>(acc, part, desc_a, desc_b0, desc_b1, w, special, ctl, stage);
+    mx_k_step<C, 3>(acc, part, desc_a, desc_b0, desc_b1, w, special, ctl, stage);
+    if (++stage == C::kStages) stage = 0, phase ^= 1;
   }
 }
 
@@ -553,8 +684,13 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
       for (int i = 0; i < C::kHalfAcc; ++i) acc[0][i] = acc[1][i] = 0.0f;
     }
     if constexpr (C::kFp8) {
-      fp8_main_loop<C>(p, tiles, ctl, t, acc, stage, phase, a_offset, b_offset0, b_offset1, r_lo,
-                       blk0, blk1, use_blk1);
+      if (p.mx) {
+        mx_main_loop<C>(p, tiles, ctl, t, acc, stage, phase, a_offset, b_offset0, b_offset1, r_lo,
+                        wg_col0);
+      } else {
+        fp8_main_loop<C>(p, tiles, ctl, t, acc, stage, phase, a_offset, b_offset0, b_offset1,
+                         r_lo, blk0, blk1, use_blk1);
+      }
     } else {
       bf16_main_loop<C>(p, tiles, ctl, acc, stage, phase, a_offset, b_offset0, b_offset1);
     }
