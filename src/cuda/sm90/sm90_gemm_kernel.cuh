@@ -653,10 +653,20 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
   int stage = 0, slot = 0;
   uint32_t phase = 0, slot_phase = 0;
   while (true) {
-    mbar_wait(&ctl.work_full[slot], slot_phase);
-    const WorkTile t = ctl.work[slot];
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&ctl.work_empty[slot]);
+    // Lane 0 reads the slot and hands it to the warp by shuffles, so the arrive that frees the
+    // slot orders the only read of it (a read by every lane, ordered by __syncwarp before lane
+    // 0's arrive, was reported by compute-sanitizer racecheck against the scheduler's next
+    // write of the slot: 2026-11-29).
+    WorkTile t{};
+    if (lane == 0) {
+      mbar_wait(&ctl.work_full[slot], slot_phase);
+      t = ctl.work[slot];
+      mbar_arrive(&ctl.work_empty[slot]);
+    }
+    t.expert = __shfl_sync(0xffffffffu, t.expert, 0);
+    t.row_begin = __shfl_sync(0xffffffffu, t.row_begin, 0);
+    t.row_end = __shfl_sync(0xffffffffu, t.row_end, 0);
+    t.n_block = __shfl_sync(0xffffffffu, t.n_block, 0);
     if (++slot == kWorkSlots) slot = 0, slot_phase ^= 1;
     if (t.expert < 0) return;
 
