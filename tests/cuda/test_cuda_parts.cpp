@@ -615,9 +615,10 @@ TEST(CudaExperts, ApplyRejectsWrongDevicesAndSmallWorkspaces) {
               HasSubstr("in_dtype must be bf16 or fp16"));
 }
 
-// A host-side rule (no GPU needed): Sm90Experts hands decode-sized bf16 applies to the portable
-// pipeline, by expected rows per expert; fp8 configs always stay on the Hopper kernels.
-TEST(Sm90Experts, FewRowsPerExpertRunThePortablePipelineInBf16Only) {
+// A host-side rule (no GPU needed): Sm90Experts hands decode-sized applies to the portable
+// pipeline, by expected rows per expert: up to 8 for bf16, up to 2 for fp8-block; never when the
+// reduce is folded into GEMM2.
+TEST(Sm90Experts, FewRowsPerExpertRunThePortablePipeline) {
   MoEConfig cfg;
   cfg.num_experts = cfg.num_local_experts = 128;
   cfg.hidden_size = 256;
@@ -632,8 +633,12 @@ TEST(Sm90Experts, FewRowsPerExpertRunThePortablePipelineInBf16Only) {
   MoEConfig fp8 = cfg;
   fp8.quant.scheme = QuantScheme::fp8_block;
   const cuda::Sm90Experts block(fp8);
-  EXPECT_FALSE(block.runs_portable(1));
+  EXPECT_TRUE(block.runs_portable(1));    // 1 row each
+  EXPECT_TRUE(block.runs_portable(32));   // 256 pairs on 128 experts: 2 rows each
+  EXPECT_FALSE(block.runs_portable(33));  // 264 pairs: 3 rows each
   EXPECT_FALSE(block.runs_portable(8192));
+  const cuda::Sm90Experts folded(cfg, /*reduce_in_gemm2=*/true);
+  EXPECT_FALSE(folded.runs_portable(1));
 }
 
 }  // namespace

@@ -161,14 +161,18 @@ Sm90Experts::Sm90Experts(const MoEConfig& config, bool reduce_in_gemm2)
   // The small-M route (runs_portable) is for the default, fixed-order reduce; an Sm90Experts
   // asked to fold the reduce into GEMM2 always runs that epilogue (and keeps its smaller
   // workspace).
-  if (!is_fp8(config) && !reduce_in_gemm2) portable_ = std::make_unique<CudaExperts>(config);
+  if (!reduce_in_gemm2) portable_ = std::make_unique<CudaExperts>(config);
+}
+
+int64_t Sm90Experts::decode_rows_per_expert() const {
+  return is_fp8(config()) ? kDecodeRowsPerExpertFp8 : kDecodeRowsPerExpertBf16;
 }
 
 bool Sm90Experts::runs_portable(int64_t M) const {
   if (!portable_) return false;
   const int64_t pairs = M * config().topk;
   const int64_t busy = std::max<int64_t>(1, std::min(config().num_local_experts, pairs));
-  return (pairs + busy - 1) / busy <= kDecodeRowsPerExpert;
+  return (pairs + busy - 1) / busy <= decode_rows_per_expert();
 }
 
 WorkspaceShapes Sm90Experts::workspace_shapes(int64_t M, int64_t N, int64_t K, int64_t topk,
@@ -178,9 +182,9 @@ WorkspaceShapes Sm90Experts::workspace_shapes(int64_t M, int64_t N, int64_t K, i
   size_t ws13 = l.ws13_bytes, ws2 = l.ws2_bytes;
   if (portable_) {
     // An apply of up to M tokens may take the portable pipeline, but only one of at most
-    // kDecodeRowsPerExpert * E_local / topk tokens: its workspace for that many.
+    // decode_rows_per_expert() * E_local / topk tokens: its workspace for that many.
     const int64_t M_portable =
-        std::min<int64_t>(M, kDecodeRowsPerExpert * std::max<int64_t>(1, E_local) /
+        std::min<int64_t>(M, decode_rows_per_expert() * std::max<int64_t>(1, E_local) /
                                  std::max<int64_t>(1, topk));
     const WorkspaceShapes w =
         portable_->workspace_shapes(M_portable, N, K, topk, E, E_local, meta);

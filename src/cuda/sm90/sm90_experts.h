@@ -43,16 +43,20 @@ class Sm90Experts final : public Experts {
   TopKWeightAndReducePtr finalize_weight_and_reduce_impl() const override;
   void apply(const Context& ctx, const ApplyArgs& args) override;
 
-  // Whether an apply of M tokens runs the portable CudaExperts pipeline instead: bf16 with at
-  // most kDecodeRowsPerExpert expected rows per expert. There the portable kernels' fused
-  // gather (no row copy before GEMM1) and 16-row tiles beat the Hopper path (measured on the
-  // H200, 2026-11-29: e.g. Qwen3-30B-A3B M = 1 55.7 vs 62 us, M = 16 218 vs 231 us; perf.md).
+  // Whether an apply of M tokens runs the portable CudaExperts pipeline instead: at most
+  // decode_rows_per_expert() expected rows per expert (M * topk spread over the local experts).
+  // There the portable kernels' fused gather (no row copy before GEMM1) and 16-row tiles beat
+  // the Hopper path (H200, 2026-11-29, perf.md): bf16 up to 8 rows (Qwen3-30B-A3B M = 1 55.7 vs
+  // 62 us); fp8-block up to 2 (Qwen3.5-35B-A3B M = 1 37.7 vs 62 us; from 4 rows per expert
+  // DeepSeek-V3's large experts already ran 17 % faster on the Hopper kernel).
   bool runs_portable(int64_t M) const;
-  static constexpr int64_t kDecodeRowsPerExpert = 8;
+  int64_t decode_rows_per_expert() const;
+  static constexpr int64_t kDecodeRowsPerExpertBf16 = 8;
+  static constexpr int64_t kDecodeRowsPerExpertFp8 = 2;
 
  private:
   bool reduce_in_gemm2_;
-  std::unique_ptr<CudaExperts> portable_;  // bf16 configs only
+  std::unique_ptr<CudaExperts> portable_;  // unless reduce_in_gemm2
 };
 
 class BatchedSm90Experts final : public Experts {

@@ -7,13 +7,14 @@
 //                warp 1 = tile scheduler (finds the CTA's next (expert, row block, column
 //                block) and hands it to the others through a shared-memory ring)
 //   warpgroups 1..: wgmma consumers, 64 rows each; fp8 block scales promoted per 128-wide K
-//                block in registers; the epilogue (act(gate)*up for gated tiles, optional
+//                block in registers (MX-FP8: per 32-wide K step); the epilogue (act(gate)*up for gated tiles, optional
 //                fp8 group-128 quantization) in registers, stores bounded by the expert's rows.
 // Rows: TMA boxes have a fixed size, so the last row block of an expert also loads up to BM-1
 // rows past the expert's end (the next expert's rows, or zeros past the tensor: never memory
 // outside `a`); those rows' products are discarded: nothing past m_indptr[e+1] is written.
-// The host never reads m_indptr. Gated tiles load B as [8 gate rows][8 up rows] groups (one
-// 5-D tensor map per layout), so a thread's accumulators hold matching gate and up columns.
+// The host never reads m_indptr. Gated tiles load B as two boxes, the gate rows of the tile's
+// output columns then the matching up rows (one 4-D tensor map per layout); each consumer runs
+// one wgmma per half, so a thread's accumulators hold matching gate and up columns.
 #pragma once
 
 #include <cuda_runtime.h>
