@@ -27,8 +27,10 @@
 //              device or the build cannot run it
 // "MN" scales and the fp8 out run on the CPU and on the Hopper kernel; the portable CUDA kernel
 // takes neither (automatic then needs the Hopper kernel, and says so when it cannot run).
-// MX-FP8 runs on the CPU and the portable kernel (fp8: sm89+); automatic uses the Hopper kernel
-// for it only where that kernel accepts MX scales, the portable one otherwise.
+// MX-FP8 runs on the CPU, the portable kernel (fp8: sm89+) and the Hopper kernel (K % 128;
+// promoted per 32-wide K step on the CUDA cores, about 2.2-3.8x the time of block scales on the
+// H200: docs/perf.md); automatic takes the Hopper kernel where it accepts the call, else the
+// portable one (e.g. K % 128 != 0).
 #pragma once
 
 #include <string>
