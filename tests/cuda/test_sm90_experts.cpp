@@ -9,6 +9,7 @@
 #include "cuda/cuda_prepare_finalize.h"
 #include "cuda/cuda_session.h"
 #include "cuda/gpu_test.h"
+#include "cuda/sm90_test_util.h"
 #include "cuda/sm90/sm90_experts.h"
 #include "modmoe/modmoe.h"
 #include "oracle/oracle.h"
@@ -18,12 +19,6 @@ namespace modmoe {
 namespace {
 
 using testing::CudaSession;
-
-#define MODMOE_REQUIRE_SM90(session)                                  \
-  do {                                                                \
-    if (!moe_gemm_sm90_available((session).ctx()))                    \
-      GTEST_SKIP() << "needs an sm_90 device and the sm_90a kernels"; \
-  } while (0)
 
 struct FoldCase {
   QuantScheme scheme;

@@ -29,6 +29,7 @@
 
 #include "cuda/cuda_session.h"
 #include "cuda/gpu_test.h"
+#include "cuda/sm90_test_util.h"
 #include "modmoe/modmoe.h"
 #include "modmoe/numeric.h"
 
@@ -36,13 +37,11 @@ namespace modmoe {
 namespace {
 
 using testing::CudaSession;
-
-#define REQUIRE_SM90(gpu)                                                                    \
-  do {                                                                                       \
-    if (!moe_gemm_sm90_available((gpu).ctx()))                                               \
-      GTEST_SKIP() << "the Hopper moe_gemm kernel cannot run here (needs sm_90 and a build " \
-                      "with sm_90a)";                                                        \
-  } while (0)
+using testing::sm90::indptr_from_counts;
+using testing::sm90::Mode;
+using testing::sm90::mode_name;
+using testing::sm90::options_for;
+using testing::sm90::Uniform;
 
 #define ASSERT_CUDA(expr)                                                           \
   do {                                                                              \
@@ -77,54 +76,11 @@ std::vector<std::string> tiles_to_try() {
   return tiles;
 }
 
-// plain, or gated with one of the three halves orders.
-enum class Mode { plain, gate_up, up_gate, interleaved };
-
-const char* mode_name(Mode m) {
-  return m == Mode::plain     ? "plain"
-         : m == Mode::gate_up ? "GateUp"
-         : m == Mode::up_gate ? "UpGate"
-                              : "Interleaved";
-}
-
-MoeGemmOptions options_for(Mode mode) {
-  MoeGemmOptions o;
-  o.gated = mode != Mode::plain;
-  o.gated_layout = mode == Mode::up_gate       ? GatedLayout::UpGate
-                   : mode == Mode::interleaved ? GatedLayout::Interleaved
-                                               : GatedLayout::GateUp;
-  o.activation = Activation::silu;
-  return o;
-}
-
-// m_indptr from rows per expert, starting at `first`.
-std::vector<int32_t> indptr_from_counts(const std::vector<int32_t>& counts, int32_t first = 0) {
-  std::vector<int32_t> indptr = {first};
-  for (int32_t c : counts) indptr.push_back(indptr.back() + c);
-  return indptr;
-}
-
 struct GemmShape {
   int64_t K, N_b, rows;         // rows = total_rows = a.size(0)
   std::vector<int32_t> indptr;  // E + 1
   DType dtype;                  // bf16 or fp8_e4m3 (block 128 scales)
   int64_t E() const { return static_cast<int64_t>(indptr.size()) - 1; }
-};
-
-// Seeded uniform values in [-1, 1): xorshift64*, fast enough for the 16M-element weights of
-// the E = 512 case, where std::normal_distribution would dominate the test's time.
-class Uniform {
- public:
-  explicit Uniform(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull | 1) {}
-  float operator()() {
-    state_ ^= state_ >> 12;
-    state_ ^= state_ << 25;
-    state_ ^= state_ >> 27;
-    return static_cast<float>((state_ * 0x2545F4914F6CDD1Dull) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-  }
-
- private:
-  uint64_t state_;
 };
 
 // A random power of two in [2^-2, 2^2]: one per scale block (see the file comment).
@@ -323,7 +279,7 @@ class Sm90MoeGemmTiles : public ::testing::TestWithParam<TileCase> {};
 TEST_P(Sm90MoeGemmTiles, EveryTileAndSchedulerMatchesTheCpu) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   const DType dtype = GetParam().dtype;
   const Mode mode = GetParam().mode;
   // Empty experts, 1 row, one short of / one past 128 rows, one spanning several row tiles.
@@ -400,7 +356,7 @@ class Sm90MoeGemmExperts : public ::testing::TestWithParam<ExpertsCase> {};
 TEST_P(Sm90MoeGemmExperts, EverySchedulerMatchesTheCpu) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   const int64_t E = GetParam().E;
   const DType dtype = GetParam().dtype;
   const std::vector<int32_t> indptr = indptr_from_counts(counts_for(E));
@@ -433,7 +389,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(Sm90MoeGemm, OneExpertHoldsEveryRow) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   for (DType dtype : {DType::bf16, DType::fp8_e4m3}) {
     const GemmShape shape{256, 256, 400, indptr_from_counts({0, 0, 0, 0, 0, 400, 0, 0}), dtype};
     const HostInputs in = make_inputs(shape, 3000 + (dtype == DType::bf16));
@@ -458,7 +414,7 @@ TEST(Sm90MoeGemm, OneExpertHoldsEveryRow) {
 TEST(Sm90MoeGemm, RowsOutsideTheExpertsKeepTheirPoison) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   const std::vector<int32_t> indptr = indptr_from_counts({0, 43, 1, 139, 0, 50, 33, 0}, 17);
   ASSERT_EQ(indptr.back(), 283);
   for (DType dtype : {DType::bf16, DType::fp8_e4m3}) {
@@ -502,7 +458,7 @@ TEST(Sm90MoeGemm, RowsOutsideTheExpertsKeepTheirPoison) {
 TEST(Sm90MoeGemm, MnMajorScalesMatchTheKMajorResult) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   for (int64_t rows : {300, 301}) {
     const std::vector<int32_t> indptr = indptr_from_counts({5, 0, 129, 1, 100, 0, 60, 1}, 3);
     ASSERT_LE(indptr.back(), rows);
@@ -548,7 +504,7 @@ TEST(Sm90MoeGemm, MnMajorScalesMatchTheKMajorResult) {
 TEST(Sm90MoeGemm, Fp8GatedOutMatchesTheCpuQuantizer) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   const std::vector<int32_t> indptr = indptr_from_counts({0, 1, 127, 129, 0, 40, 2, 30}, 2);
   const int64_t zero_row = 20;
   for (DType dtype : {DType::bf16, DType::fp8_e4m3}) {
@@ -613,7 +569,7 @@ TEST(Sm90MoeGemm, Fp8GatedOutMatchesTheCpuQuantizer) {
 TEST(Sm90MoeGemm, OutDtypesAndPartialColumnTiles) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   const std::vector<int32_t> indptr = indptr_from_counts({3, 0, 130, 1, 64}, 1);
   for (DType dtype : {DType::bf16, DType::fp8_e4m3}) {
     for (Mode mode : {Mode::plain, Mode::gate_up, Mode::up_gate, Mode::interleaved}) {
@@ -665,7 +621,7 @@ TEST(Sm90MoeGemm, OutDtypesAndPartialColumnTiles) {
 TEST(Sm90MoeGemm, RejectsUnknownTilesAndTilesForThePortableKernel) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   const GemmShape shape{256, 256, 16, indptr_from_counts({4, 12}), DType::bf16};
   const DeviceInputs dev(gpu, make_inputs(shape, 8000));
   const OwnedTensor out = gpu.empty(DType::fp32, {shape.rows, shape.N_b});
@@ -699,7 +655,7 @@ TEST(Sm90MoeGemm, RejectsUnknownTilesAndTilesForThePortableKernel) {
 TEST(Sm90MoeGemm, CapturedCallReplaysWithNewInputs) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   const std::vector<int32_t> first_indptr = indptr_from_counts({10, 0, 129, 1, 60, 0, 33, 7}, 4);
   const std::vector<int32_t> second_indptr = indptr_from_counts({0, 200, 0, 0, 1, 1, 17, 0}, 9);
   const int64_t rows = 260;

@@ -23,6 +23,7 @@
 
 #include "cuda/cuda_session.h"
 #include "cuda/gpu_test.h"
+#include "cuda/sm90_test_util.h"
 #include "modmoe/modmoe.h"
 #include "modmoe/numeric.h"
 
@@ -30,55 +31,14 @@ namespace modmoe {
 namespace {
 
 using testing::CudaSession;
-
-#define REQUIRE_SM90(gpu)                                                                    \
-  do {                                                                                       \
-    if (!moe_gemm_sm90_available((gpu).ctx()))                                               \
-      GTEST_SKIP() << "the Hopper moe_gemm kernel cannot run here (needs sm_90 and a build " \
-                      "with sm_90a)";                                                        \
-  } while (0)
+using testing::sm90::indptr_from_counts;
+using testing::sm90::Mode;
+using testing::sm90::mode_name;
+using testing::sm90::options_for;
+using testing::sm90::Uniform;
 
 // Accumulation order only (each 32-deep wgmma step is promoted in fp32 on both sides).
 constexpr double kTolerance = 1e-3;
-
-enum class Mode { plain, gate_up, up_gate, interleaved };
-
-const char* mode_name(Mode m) {
-  return m == Mode::plain     ? "plain"
-         : m == Mode::gate_up ? "GateUp"
-         : m == Mode::up_gate ? "UpGate"
-                              : "Interleaved";
-}
-
-MoeGemmOptions options_for(Mode mode) {
-  MoeGemmOptions o;
-  o.gated = mode != Mode::plain;
-  o.gated_layout = mode == Mode::up_gate       ? GatedLayout::UpGate
-                   : mode == Mode::interleaved ? GatedLayout::Interleaved
-                                               : GatedLayout::GateUp;
-  return o;
-}
-
-std::vector<int32_t> indptr_from_counts(const std::vector<int32_t>& counts, int32_t first = 0) {
-  std::vector<int32_t> indptr = {first};
-  for (int32_t c : counts) indptr.push_back(indptr.back() + c);
-  return indptr;
-}
-
-// Seeded uniform values in [-1, 1) (xorshift64*).
-class Uniform {
- public:
-  explicit Uniform(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull | 1) {}
-  float operator()() {
-    state_ ^= state_ >> 12;
-    state_ ^= state_ << 25;
-    state_ ^= state_ >> 27;
-    return static_cast<float>((state_ * 0x2545F4914F6CDD1Dull) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-  }
-
- private:
-  uint64_t state_;
-};
 
 struct MxInputs {
   OwnedTensor a, b, a_scale, b_scale, m_indptr;
@@ -195,7 +155,7 @@ class Sm90MoeGemmMx : public ::testing::TestWithParam<Mode> {};
 TEST_P(Sm90MoeGemmMx, EveryTileAndSchedulerMatchesTheCpu) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   const Mode mode = GetParam();
   // Row 0-2 and the last 5 rows belong to no expert.
   const std::vector<int32_t> indptr = indptr_from_counts({0, 1, 63, 65, 128, 129, 0, 40}, 3);
@@ -241,7 +201,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, Sm90MoeGemmMx,
 TEST(Sm90MoeGemmMxExperts, OneExpertAndManyExpertsMatchTheCpu) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   std::vector<int32_t> many(256);
   Uniform u(77);
   for (int32_t& c : many) c = static_cast<int32_t>(3.5f * (u() + 1.0f));  // 0..6 rows
@@ -266,7 +226,7 @@ TEST(Sm90MoeGemmMxExperts, OneExpertAndManyExpertsMatchTheCpu) {
 TEST(Sm90MoeGemmMxExperts, ScaleCodesZeroAndNaNDecodeAsOnTheCpu) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   // Expert 1 is row 5 alone (its error is not averaged away); expert 4 is rows 70-159.
   const std::vector<int32_t> indptr = indptr_from_counts({5, 1, 64, 0, 90});
   const int64_t K = 256, N_b = 256, rows = indptr.back();
@@ -312,7 +272,7 @@ TEST(Sm90MoeGemmMxExperts, ScaleCodesZeroAndNaNDecodeAsOnTheCpu) {
 TEST(Sm90MoeGemmMxExperts, RefusesKNotAMultipleOf128WithTheReason) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  REQUIRE_SM90(gpu);
+  MODMOE_REQUIRE_SM90(gpu);
   const std::vector<int32_t> indptr = indptr_from_counts({8, 8});
   const MxInputs in = make_inputs(160, 128, 16, indptr, 4400);
   const DeviceMx dev(gpu, in);
