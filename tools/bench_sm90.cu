@@ -24,6 +24,7 @@
 #include <ctime>
 #include <exception>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -88,12 +89,68 @@ bool guarded(Case& c, Body&& body) {
   }
 }
 
+// What the run measures: the default (or --quick) sets, narrowed by the options' subsets.
+struct Selection {
+  std::vector<const Fc1Shape*> shapes;
+  std::vector<int64_t> rows_per_expert, decode_ms;
+  std::vector<DType> dtypes;
+  std::string error;  // an unknown name or a bad number, said in full
+};
+
+Selection select_cases(const GemmBenchOptions& o) {
+  Selection s;
+  std::ostringstream why;
+  if (o.shapes.empty()) {
+    s.shapes = {&kFc1Shapes[0]};
+    if (!o.quick) s.shapes = {&kFc1Shapes[0], &kFc1Shapes[1], &kFc1Shapes[2]};
+  }
+  for (const std::string& name : o.shapes) {
+    const Fc1Shape* found = nullptr;
+    for (const Fc1Shape& shape : kFc1Shapes)
+      if (name == shape.name) found = &shape;
+    if (found == nullptr) {
+      why << "unknown --gemm shape '" << name << "'; the FC1 shapes are";
+      for (const Fc1Shape& shape : kFc1Shapes) why << " " << shape.name;
+      s.error = why.str();
+      return s;
+    }
+    s.shapes.push_back(found);
+  }
+  s.rows_per_expert = !o.rows_per_expert.empty() ? o.rows_per_expert
+                      : o.quick                  ? std::vector<int64_t>{1, 128}
+                                                 : std::vector<int64_t>{1, 64, 128, 256, 1024};
+  s.decode_ms = !o.decode_ms.empty() ? o.decode_ms
+                : o.quick            ? std::vector<int64_t>{1, 16}
+                                     : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64};
+  if (s.decode_ms == std::vector<int64_t>{0}) s.decode_ms.clear();  // {0}: no scheduler study
+  for (int64_t v : s.rows_per_expert)
+    if (v < 1) s.error = "--rows values must be >= 1, got " + std::to_string(v);
+  for (int64_t v : s.decode_ms)
+    if (v < 1) s.error = "--decode-ms values must be >= 1 (or the single value 0), got " +
+                         std::to_string(v);
+  if (o.dtypes.empty()) s.dtypes = {DType::bf16, DType::fp8_e4m3};
+  for (const std::string& d : o.dtypes) {
+    if (d == "bf16") {
+      s.dtypes.push_back(DType::bf16);
+    } else if (d == "fp8") {
+      s.dtypes.push_back(DType::fp8_e4m3);
+    } else {
+      s.error = "unknown --gemm-dtypes value '" + d + "'; expected bf16 or fp8";
+    }
+  }
+  return s;
+}
+
 }  // namespace
 }  // namespace gemm_bench
 
 int run_gemm_bench(const GemmBenchOptions& o) {
   using namespace gemm_bench;  // the cases, how they are measured and reported
   MODMOE_CHECK(o.replays >= 1) << "modmoe-bench --gemm: replays must be >= 1, got " << o.replays;
+  if (const Selection sel = select_cases(o); !sel.error.empty()) {
+    std::fprintf(stderr, "modmoe-bench --gemm: %s\n", sel.error.c_str());
+    return 2;
+  }
   if (!cuda_available()) {
     std::printf("modmoe-bench --gemm: skipped: no CUDA device is visible\n");
     return 0;
@@ -139,14 +196,11 @@ int run_gemm_bench(const GemmBenchOptions& o) {
       ceil.peaks.notes.empty() ? "" : "; ", ceil.peaks.notes.c_str());
   std::fflush(stdout);
 
-  const std::vector<const Fc1Shape*> shapes =
-      o.quick ? std::vector<const Fc1Shape*>{&kFc1Shapes[0]}
-              : std::vector<const Fc1Shape*>{&kFc1Shapes[0], &kFc1Shapes[1], &kFc1Shapes[2]};
-  const std::vector<int64_t> rows_per_expert =
-      o.quick ? std::vector<int64_t>{1, 128} : std::vector<int64_t>{1, 64, 128, 256, 1024};
-  const std::vector<int64_t> decode_Ms =
-      o.quick ? std::vector<int64_t>{1, 16} : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64};
-  const DType dtypes[] = {DType::bf16, DType::fp8_e4m3};
+  const Selection sel = select_cases(o);
+  const std::vector<const Fc1Shape*>& shapes = sel.shapes;
+  const std::vector<int64_t>& rows_per_expert = sel.rows_per_expert;
+  const std::vector<int64_t>& decode_Ms = sel.decode_ms;
+  const std::vector<DType>& dtypes = sel.dtypes;
 
   // The workspace study first: it only sizes buffers (no kernel runs), so a case that later
   // breaks the CUDA context cannot take it down. Its errors stay in its rows; never a failure.

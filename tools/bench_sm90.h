@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace modmoe::bench {
 
@@ -25,11 +26,16 @@ struct GemmBenchOptions {
   bool flush_l2 = true;  // evict the L2 before every timed replay
   uint64_t seed = 1;
   std::string json_path;  // empty: no JSON file
+  // Subsets, for profiling one case (e.g. under ncu); empty = the default (or --quick) set.
+  // shapes: FC1 shape names (kFc1Shapes); rows_per_expert: the FC1 study's; decode_ms: the
+  // scheduler study's token counts ({0} skips it); dtypes: "bf16" and/or "fp8".
+  std::vector<std::string> shapes, dtypes;
+  std::vector<int64_t> rows_per_expert, decode_ms;
 };
 
 // Runs the whole GEMM benchmark and prints its tables last. Returns 0 when every case ran and
 // matched the portable kernel (or when the Hopper kernel is not available here: it says so and
-// skips), 1 otherwise. The performance targets are reported, never failed.
+// skips), 1 otherwise, 2 for an unknown shape or dtype in the subsets. The performance targets are reported, never failed.
 int run_gemm_bench(const GemmBenchOptions& options);
 
 }  // namespace modmoe::bench

@@ -4,7 +4,8 @@
 //                                       present (else the CPU), checked against the oracle
 //   modmoe-bench --model NAME [-m M] [--quant none|fp8-block|...] [--repeats R] [--no-check]
 //   modmoe-bench --shapes standard|quick [--json FILE] [--stages] ...     (GPU only)
-//   modmoe-bench --gemm [--json FILE] [--replays R] [--quick]             (Hopper GPU only)
+//   modmoe-bench --gemm [--json FILE] [--replays R] [--quick] [--models ..] [--rows ..]
+//                [--decode-ms ..] [--gemm-dtypes ..]                      (Hopper GPU only)
 //   modmoe-bench --list-models
 //
 // One model: the median time of R forwards (on the GPU: R replays of a captured CUDA graph),
@@ -51,6 +52,7 @@ using bench::ModelShape;
       "                    [--models a,b] [--ms 1,16] [--quants none,fp8-block] [--pf NAME]\n"
       "                    [--experts NAME] [--no-baseline] [--no-flush] [--seed S]\n"
       "       modmoe-bench --gemm [--json FILE] [--replays R] [--quick] [--no-flush] [--seed S]\n"
+      "                    [--models a,b] [--rows 1,64] [--decode-ms 1,2 | 0] [--gemm-dtypes fp8]\n"
       "       modmoe-bench --list-models\n"
       "\n"
       "--gpu is the default when a CUDA device is visible; --cpu forces the CPU backend.\n"
@@ -59,6 +61,8 @@ using bench::ModelShape;
       "--gemm: the Hopper (sm90) grouped GEMM alone on GPU 0: fused vs unfused gated FC1 for 3\n"
       "shapes x rows per expert {1, 64, 128, 256, 1024} x {bf16, fp8}, the scheduler A/B at\n"
       "decode (M in 1..64), roofline numbers; --quick: one shape, rows {1, 128}, M {1, 16}.\n"
+      "--models/--rows/--decode-ms/--gemm-dtypes narrow --gemm to some cases (--decode-ms 0: no\n"
+      "scheduler study), e.g. one case to profile under ncu.\n"
       "Skips (exit 0) where the Hopper kernel is not available.\n"
       "See docs/gpu.md.\n");
   std::exit(code);
@@ -239,6 +243,7 @@ const ModelShape& model_or_exit(const std::string& name) {
 int main(int argc, char** argv) {
   try {
     std::string model = "qwen3-30b-a3b", shapes, json_path, models_list, ms_list, quants_list;
+    std::string rows_list, decode_ms_list, gemm_dtypes_list;  // --gemm subsets
     std::string experts = "auto", pf = "NoEPPrepareAndFinalize";
     int64_t M = 64;
     DType dtype = DType::bf16;
@@ -292,6 +297,12 @@ int main(int argc, char** argv) {
         ms_list = next();
       else if (a == "--quants")
         quants_list = next();
+      else if (a == "--rows")
+        rows_list = next();
+      else if (a == "--decode-ms")
+        decode_ms_list = next();
+      else if (a == "--gemm-dtypes")
+        gemm_dtypes_list = next();
       else if (a == "--experts")
         experts = next();
       else if (a == "--pf")
@@ -327,6 +338,12 @@ int main(int argc, char** argv) {
     }
     const bool gpu = !force_cpu && have_gpu;
 
+    if (!gemm && (!rows_list.empty() || !decode_ms_list.empty() || !gemm_dtypes_list.empty())) {
+      std::fprintf(stderr,
+                   "modmoe-bench: --rows, --decode-ms and --gemm-dtypes select --gemm cases; "
+                   "add --gemm\n");
+      return 2;
+    }
     if (gemm) {
       if (force_cpu || (!shapes.empty() && !quick)) {
         std::fprintf(stderr, "modmoe-bench: --gemm runs on a GPU alone; it excludes %s\n",
@@ -340,6 +357,10 @@ int main(int argc, char** argv) {
       g.flush_l2 = flush;
       g.seed = seed;
       g.json_path = json_path;
+      if (!models_list.empty()) g.shapes = split_list(models_list);
+      if (!gemm_dtypes_list.empty()) g.dtypes = split_list(gemm_dtypes_list);
+      for (const std::string& r : split_list(rows_list)) g.rows_per_expert.push_back(std::stoll(r));
+      for (const std::string& m : split_list(decode_ms_list)) g.decode_ms.push_back(std::stoll(m));
       return bench::run_gemm_bench(g);
 #else
       std::printf("modmoe-bench --gemm: skipped: this build has no CUDA backend\n");
