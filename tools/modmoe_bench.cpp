@@ -232,6 +232,29 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
+// The integer value of `flag`; anything else (trailing characters included) exits 2 naming the
+// flag and what was given.
+int64_t parse_int(const char* flag, const std::string& text) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) {
+    std::fprintf(stderr, "modmoe-bench: %s: expected an integer, got '%s'\n", flag, text.c_str());
+    std::exit(2);
+  }
+  return v;
+}
+
+std::vector<int64_t> parse_int_list(const char* flag, const std::string& text) {
+  std::vector<int64_t> values;
+  for (const std::string& item : split_list(text)) values.push_back(parse_int(flag, item));
+  return values;
+}
+
 const ModelShape& model_or_exit(const std::string& name) {
   if (const ModelShape* m = bench::find_model(name)) return *m;
   std::fprintf(stderr, "modmoe-bench: unknown model '%s' (--list-models)\n", name.c_str());
@@ -272,15 +295,15 @@ int main(int argc, char** argv) {
       else if (a == "--gemm")
         gemm = true, any = true;
       else if (a == "-m")
-        M = std::stoll(next());
+        M = parse_int("-m", next());
       else if (a == "--dtype")
         dtype = parse_dtype(next());
       else if (a == "--quant")
         quant.scheme = parse_quant_scheme(next());
       else if (a == "--repeats" || a == "--replays")
-        repeats = std::max(1, std::stoi(next()));
+        repeats = static_cast<int>(std::max<int64_t>(1, parse_int(a.c_str(), next())));
       else if (a == "--seed")
-        seed = std::stoull(next());
+        seed = static_cast<uint64_t>(parse_int("--seed", next()));
       else if (a == "--no-check")
         check = false;
       else if (a == "--cpu")
@@ -338,6 +361,9 @@ int main(int argc, char** argv) {
     }
     const bool gpu = !force_cpu && have_gpu;
 
+    [[maybe_unused]] const std::vector<int64_t> rows = parse_int_list("--rows", rows_list),
+                               decode_ms = parse_int_list("--decode-ms", decode_ms_list),
+                               Ms = parse_int_list("--ms", ms_list);
     if (!gemm && (!rows_list.empty() || !decode_ms_list.empty() || !gemm_dtypes_list.empty())) {
       std::fprintf(stderr,
                    "modmoe-bench: --rows, --decode-ms and --gemm-dtypes select --gemm cases; "
@@ -359,8 +385,8 @@ int main(int argc, char** argv) {
       g.json_path = json_path;
       if (!models_list.empty()) g.shapes = split_list(models_list);
       if (!gemm_dtypes_list.empty()) g.dtypes = split_list(gemm_dtypes_list);
-      for (const std::string& r : split_list(rows_list)) g.rows_per_expert.push_back(std::stoll(r));
-      for (const std::string& m : split_list(decode_ms_list)) g.decode_ms.push_back(std::stoll(m));
+      g.rows_per_expert = rows;
+      g.decode_ms = decode_ms;
       return bench::run_gemm_bench(g);
 #else
       std::printf("modmoe-bench --gemm: skipped: this build has no CUDA backend\n");
@@ -391,8 +417,7 @@ int main(int argc, char** argv) {
       if (!models_list.empty()) names = split_list(models_list);
       for (const std::string& n : names) o.models.push_back(&model_or_exit(n));
       if (!ms_list.empty()) {
-        o.Ms.clear();
-        for (const std::string& m : split_list(ms_list)) o.Ms.push_back(std::stoll(m));
+        o.Ms = Ms;
       }
       o.schemes = {QuantScheme::none, QuantScheme::fp8_block};
       if (!quants_list.empty()) {
