@@ -17,6 +17,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -639,6 +640,25 @@ TEST(Sm90Experts, FewRowsPerExpertRunThePortablePipeline) {
   EXPECT_FALSE(block.runs_portable(8192));
   const cuda::Sm90Experts folded(cfg, /*reduce_in_gemm2=*/true);
   EXPECT_FALSE(folded.runs_portable(1));
+  // max_portable_tokens() is the ceil(pairs / busy experts) rule at its edge, for uneven sizes
+  // too, in both dtypes.
+  for (const QuantScheme scheme : {QuantScheme::none, QuantScheme::fp8_block}) {
+    for (const int64_t E : {1, 7, 128, 256}) {
+      for (const int64_t topk : {1, 3, 8}) {
+        MoEConfig c = cfg;
+        c.quant.scheme = scheme;
+        c.num_experts = c.num_local_experts = E;
+        c.topk = std::min(topk, E);
+        const cuda::Sm90Experts ex(c);
+        const int64_t rows = ex.decode_rows_per_expert();
+        for (int64_t M = 1; M <= ex.max_portable_tokens() + 3; ++M) {
+          const int64_t pairs = M * c.topk, busy = std::min(E, pairs);
+          EXPECT_EQ(ex.runs_portable(M), (pairs + busy - 1) / busy <= rows)
+              << "E " << E << " topk " << c.topk << " M " << M;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

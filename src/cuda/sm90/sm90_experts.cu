@@ -169,10 +169,15 @@ int64_t Sm90Experts::decode_rows_per_expert() const {
 }
 
 bool Sm90Experts::runs_portable(int64_t M) const {
-  if (!portable_) return false;
-  const int64_t pairs = M * config().topk;
-  const int64_t busy = std::max<int64_t>(1, std::min(config().num_local_experts, pairs));
-  return (pairs + busy - 1) / busy <= decode_rows_per_expert();
+  return portable_ && M <= max_portable_tokens();
+}
+
+int64_t Sm90Experts::max_portable_tokens() const {
+  // M * topk pairs spread over min(E_local, pairs) busy experts: at most R rows each while
+  // pairs <= E_local (one row each) or pairs <= R * E_local, so M <= R * E_local / topk.
+  if (!portable_) return 0;
+  return decode_rows_per_expert() * std::max<int64_t>(1, config().num_local_experts) /
+         std::max<int64_t>(1, config().topk);
 }
 
 WorkspaceShapes Sm90Experts::workspace_shapes(int64_t M, int64_t N, int64_t K, int64_t topk,
@@ -182,10 +187,8 @@ WorkspaceShapes Sm90Experts::workspace_shapes(int64_t M, int64_t N, int64_t K, i
   size_t ws13 = l.ws13_bytes, ws2 = l.ws2_bytes;
   if (portable_) {
     // An apply of up to M tokens may take the portable pipeline, but only one of at most
-    // decode_rows_per_expert() * E_local / topk tokens: its workspace for that many.
-    const int64_t M_portable =
-        std::min<int64_t>(M, decode_rows_per_expert() * std::max<int64_t>(1, E_local) /
-                                 std::max<int64_t>(1, topk));
+    // max_portable_tokens(): its workspace for that many.
+    const int64_t M_portable = std::min(M, max_portable_tokens());
     const WorkspaceShapes w =
         portable_->workspace_shapes(M_portable, N, K, topk, E, E_local, meta);
     ws13 = std::max<size_t>(ws13, static_cast<size_t>(shape_numel(w.workspace13)));

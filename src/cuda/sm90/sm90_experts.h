@@ -50,6 +50,7 @@ class Sm90Experts final : public Experts {
   // 62 us); fp8-block up to 2 (Qwen3.5-35B-A3B M = 1 37.7 vs 62 us; from 4 rows per expert
   // DeepSeek-V3's large experts already ran 17 % faster on the Hopper kernel).
   bool runs_portable(int64_t M) const;
+  int64_t max_portable_tokens() const;  // the largest M runs_portable takes (0: none)
   int64_t decode_rows_per_expert() const;
   static constexpr int64_t kDecodeRowsPerExpertBf16 = 8;
   static constexpr int64_t kDecodeRowsPerExpertFp8 = 2;
