@@ -52,7 +52,8 @@ MxInputs make_inputs(int64_t K, int64_t N_b, int64_t rows, const std::vector<int
   Uniform u(seed);
   const int64_t E = static_cast<int64_t>(indptr.size()) - 1;
   auto chunk_factor = [&u] { return std::ldexp(1.0f, static_cast<int>(std::lround(3.0f * u()))); };
-  OwnedTensor a32 = host_tensor(DType::fp32, {rows, K}), b32 = host_tensor(DType::fp32, {E, N_b, K});
+  OwnedTensor a32 = host_tensor(DType::fp32, {rows, K}),
+              b32 = host_tensor(DType::fp32, {E, N_b, K});
   float* a = a32.data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t k0 = 0; k0 < K; k0 += 32) {
@@ -205,8 +206,7 @@ TEST(Sm90MoeGemmMxExperts, OneExpertAndManyExpertsMatchTheCpu) {
   std::vector<int32_t> many(256);
   Uniform u(77);
   for (int32_t& c : many) c = static_cast<int32_t>(3.5f * (u() + 1.0f));  // 0..6 rows
-  for (const std::vector<int32_t>& counts :
-       {std::vector<int32_t>{0, 0, 300, 0}, many}) {
+  for (const std::vector<int32_t>& counts : {std::vector<int32_t>{0, 0, 300, 0}, many}) {
     const std::vector<int32_t> indptr = indptr_from_counts(counts);
     const int64_t K = 256, N_b = 256, rows = indptr.back();
     const MxInputs in = make_inputs(K, N_b, rows, indptr, 4200 + counts.size());
@@ -256,15 +256,47 @@ TEST(Sm90MoeGemmMxExperts, ScaleCodesZeroAndNaNDecodeAsOnTheCpu) {
     const OwnedTensor without = cpu_reference(zeroed, N_b, o);
     double num = 0, den = 0;
     for (int64_t j = 0; j < N_b; ++j) {
-      const double d = without.data_ptr<const float>()[5 * N_b + j] -
-                       ref.data_ptr<const float>()[5 * N_b + j];
+      const double d =
+          without.data_ptr<const float>()[5 * N_b + j] - ref.data_ptr<const float>()[5 * N_b + j];
       num += d * d;
-      den += double(ref.data_ptr<const float>()[5 * N_b + j]) * ref.data_ptr<const float>()[5 * N_b + j];
+      den += double(ref.data_ptr<const float>()[5 * N_b + j]) *
+             ref.data_ptr<const float>()[5 * N_b + j];
     }
     ASSERT_GT(std::sqrt(num / den), 30 * kTolerance) << "the 0x00 code would not be noticed";
   }
   const OwnedTensor out = gpu.empty(DType::fp32, {rows, N_b});
   EXPECT_TRUE(matches(run_sm90(gpu, dev, out, o), ref, indptr));
+}
+
+// ---- which kernel automatic picks ----------------------------------------------------------
+
+// automatic runs MX on the Hopper kernel where it accepts the call: the same kernel gives the
+// same bits (no atomics), the portable kernel (another accumulation order) would not.
+TEST(Sm90MoeGemmMxExperts, AutomaticPicksTheHopperKernel) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession gpu;
+  MODMOE_REQUIRE_SM90(gpu);
+  const std::vector<int32_t> indptr = indptr_from_counts({40, 0, 77, 9});
+  const MxInputs in = make_inputs(512, 256, indptr.back(), indptr, 4500);
+  const DeviceMx dev(gpu, in);
+  const OwnedTensor out = gpu.empty(DType::fp32, {indptr.back(), 128});
+  const MoeGemmOptions o = options_for(Mode::gate_up);
+  const OwnedTensor hopper = run_sm90(gpu, dev, out, o);
+  ASSERT_EQ(cudaMemsetAsync(out.tensor().data(), 0xFF, out.tensor().nbytes(), gpu.stream()),
+            cudaSuccess);
+  moe_gemm_groupwise(gpu.ctx(), dev.a, dev.b, dev.a_scale, dev.b_scale, dev.m_indptr, out, o);
+  const OwnedTensor automatic = gpu.to_host(out);
+  EXPECT_EQ(std::memcmp(hopper.tensor().data(), automatic.tensor().data(), out.tensor().nbytes()),
+            0);
+  MoeGemmOptions portable = o;
+  portable.kernel = MoeGemmKernel::portable;
+  moe_gemm_groupwise(gpu.ctx(), dev.a, dev.b, dev.a_scale, dev.b_scale, dev.m_indptr, out,
+                     portable);
+  const OwnedTensor other = gpu.to_host(out);
+  EXPECT_TRUE(matches(other, hopper, indptr));  // the same product ...
+  EXPECT_NE(std::memcmp(hopper.tensor().data(), other.tensor().data(), out.tensor().nbytes()), 0)
+      << "the portable kernel gave the Hopper kernel's bits: the check above cannot tell them "
+         "apart";
 }
 
 // ---- what the Hopper kernel refuses for MX ------------------------------------------------
