@@ -361,9 +361,11 @@ int main(int argc, char** argv) {
     }
     const bool gpu = !force_cpu && have_gpu;
 
-    [[maybe_unused]] const std::vector<int64_t> rows = parse_int_list("--rows", rows_list),
-                               decode_ms = parse_int_list("--decode-ms", decode_ms_list),
-                               Ms = parse_int_list("--ms", ms_list);
+    // Parsed before anything runs, so a bad number fails the same with or without a device.
+    const std::vector<int64_t> Ms = parse_int_list("--ms", ms_list);
+    [[maybe_unused]] const std::vector<int64_t> rows = parse_int_list("--rows", rows_list);
+    [[maybe_unused]] const std::vector<int64_t> decode_ms =
+        parse_int_list("--decode-ms", decode_ms_list);
     if (!gemm && (!rows_list.empty() || !decode_ms_list.empty() || !gemm_dtypes_list.empty())) {
       std::fprintf(stderr,
                    "modmoe-bench: --rows, --decode-ms and --gemm-dtypes select --gemm cases; "

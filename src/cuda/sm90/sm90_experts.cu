@@ -168,9 +168,7 @@ int64_t Sm90Experts::decode_rows_per_expert() const {
   return is_fp8(config()) ? kDecodeRowsPerExpertFp8 : kDecodeRowsPerExpertBf16;
 }
 
-bool Sm90Experts::runs_portable(int64_t M) const {
-  return portable_ && M <= max_portable_tokens();
-}
+bool Sm90Experts::runs_portable(int64_t M) const { return portable_ && M <= max_portable_tokens(); }
 
 int64_t Sm90Experts::max_portable_tokens() const {
   // M * topk pairs spread over min(E_local, pairs) busy experts: at most R rows each while
@@ -189,8 +187,7 @@ WorkspaceShapes Sm90Experts::workspace_shapes(int64_t M, int64_t N, int64_t K, i
     // An apply of up to M tokens may take the portable pipeline, but only one of at most
     // max_portable_tokens(): its workspace for that many.
     const int64_t M_portable = std::min(M, max_portable_tokens());
-    const WorkspaceShapes w =
-        portable_->workspace_shapes(M_portable, N, K, topk, E, E_local, meta);
+    const WorkspaceShapes w = portable_->workspace_shapes(M_portable, N, K, topk, E, E_local, meta);
     ws13 = std::max<size_t>(ws13, static_cast<size_t>(shape_numel(w.workspace13)));
     ws2 = std::max<size_t>(ws2, static_cast<size_t>(shape_numel(w.workspace2)));
   }
