@@ -177,8 +177,12 @@ __device__ void schedule(const KernelParams& p, Control& ctl) {
   const bool batched = sp.expert_num_tokens != nullptr;
   const int32_t n = batched ? sp.E : sp.E + 1;
   if (n <= kIndptrCache) {
+    // Asynchronous copies, all in flight at once: the first tile waits for this copy, and a
+    // load-then-store loop took one memory round trip per 32 experts (9 for E = 256: the ~3 us
+    // the cooperative scheduler lost to the precomputed list at M = 1, ncu 2026-11-30).
     const int32_t* src = batched ? sp.expert_num_tokens : sp.m_indptr;
-    for (int32_t i = threadIdx.x % 32; i < n; i += 32) ctl.indptr_cache[i] = src[i];
+    for (int32_t i = threadIdx.x % 32; i < n; i += 32) cp_async_4(&ctl.indptr_cache[i], src + i);
+    cp_async_wait_all();
     __syncwarp();
     (batched ? sp.expert_num_tokens : sp.m_indptr) = ctl.indptr_cache;
   }
@@ -253,24 +257,32 @@ __device__ __forceinline__ void release_stage(Control& ctl, int stage) {
   if (threadIdx.x % 32 == 0) mbar_arrive(&ctl.empty[stage]);
 }
 
+// A consumer's operand tiles of stage 0 as descriptor start fields (sm90_ptx.cuh): its A rows
+// and the B rows of each accumulator half. Stage s is s * kStageBytes / 16 further, and each
+// 32-byte K step of an instruction 2 further.
+struct OperandFields {
+  uint32_t a, b0, b1;
+};
+
+template <class C>
+__device__ __forceinline__ uint32_t stage_field_offset(int stage) {
+  return static_cast<uint32_t>(stage) * (C::kStageBytes >> 4);
+}
+
 // Waits for the next stage and issues its wgmmas into d (one K block: 128 bytes of K).
 // `accumulate_first`: whether the block's first instruction adds to d (else overwrites it).
 template <class C>
-__device__ __forceinline__ void issue_k_block(float (&d)[2][C::kHalfAcc], uint8_t* tiles,
-                                              Control& ctl, int& stage, uint32_t& phase,
-                                              int a_offset, int b_offset0, int b_offset1,
-                                              bool accumulate_first) {
+__device__ __forceinline__ void issue_k_block(float (&d)[2][C::kHalfAcc],
+                                              const OperandFields& f, Control& ctl, int& stage,
+                                              uint32_t& phase, bool accumulate_first) {
   mbar_wait(&ctl.full[stage], phase);
-  uint8_t* a_tile = tiles + stage * C::kStageBytes;
-  const uint64_t desc_a = kmajor_sw128_desc(a_tile + a_offset);
-  const uint64_t desc_b0 = kmajor_sw128_desc(a_tile + C::kABytes + b_offset0);
-  const uint64_t desc_b1 = kmajor_sw128_desc(a_tile + C::kABytes + b_offset1);
+  const uint32_t at = stage_field_offset<C>(stage);
   wgmma_fence();
 #pragma unroll
   for (int s = 0; s < C::kBK / C::kKStep; ++s) {
-    // 32 bytes of K per instruction = 2 units of the descriptor's 16-byte address field.
-    mma_step<C, C::kFp8>(d, desc_a + 2 * s, desc_b0 + 2 * s, desc_b1 + 2 * s,
-                         accumulate_first || s > 0);
+    const uint32_t k = at + 2 * s;
+    mma_step<C, C::kFp8>(d, kmajor_sw128_desc_at(f.a + k), kmajor_sw128_desc_at(f.b0 + k),
+                         kmajor_sw128_desc_at(f.b1 + k), accumulate_first || s > 0);
   }
   wgmma_commit();
   if (++stage == C::kStages) stage = 0, phase ^= 1;
@@ -279,14 +291,13 @@ __device__ __forceinline__ void issue_k_block(float (&d)[2][C::kHalfAcc], uint8_
 // bf16: the wgmmas accumulate in place; one K block stays in flight while the next is issued,
 // and a stage is freed when the block after it has been issued and the block itself is done.
 template <class C>
-__device__ __forceinline__ void bf16_main_loop(const KernelParams& p, uint8_t* tiles, Control& ctl,
-                                               float (&acc)[2][C::kHalfAcc], int& stage,
-                                               uint32_t& phase, int a_offset, int b_offset0,
-                                               int b_offset1) {
+__device__ __forceinline__ void bf16_main_loop(const KernelParams& p, const OperandFields& f,
+                                               Control& ctl, float (&acc)[2][C::kHalfAcc],
+                                               int& stage, uint32_t& phase) {
   int previous_stage = -1;
   for (int kb = 0; kb < p.num_k_blocks; ++kb) {
     const int current = stage;
-    issue_k_block<C>(acc, tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, kb > 0);
+    issue_k_block<C>(acc, f, ctl, stage, phase, kb > 0);
     wgmma_wait<1>();
     fence_accumulators(acc[0]);
     fence_accumulators(acc[1]);
@@ -299,40 +310,37 @@ __device__ __forceinline__ void bf16_main_loop(const KernelParams& p, uint8_t* t
   if (previous_stage >= 0) release_stage(ctl, previous_stage);
 }
 
-// The fp8 scale products of one K block: this thread's two rows x the two weight blocks.
-struct BlockScales {
-  float lo0 = 0, lo1 = 0, hi0 = 0, hi1 = 0;
+// Where a consumer thread reads its fp8 block scales, advanced one K block at a time: the scale
+// of each of its two rows, and the weight block of each accumulator half. Every 8-column group
+// of a half lies in the same 128-row weight block: a half is kWgN/2 (<= 64) B rows starting at
+// a multiple of kWgN/2 (plain: wg_col0 + h kWgN/2; gated GateUp/UpGate: (gate|up) * N + out0
+// with N % 128 == 0, which can_implement requires; Interleaved: rows 2 out0 .. 2 out0 + kWgN - 1
+// with 2 out0 a multiple of kWgN), and kWgN divides 128. So one scale per half per K block, not
+// one selected per group (ncu, 2026-11-30: the per-group select and the per-block address
+// arithmetic were 2/3 of a 128x128 consumer's ~300 instructions per K block).
+struct ScaleCursor {
+  const float* a[2];  // rows r_lo and r_lo + 8 (rows past the expert's end read its last row:
+                      // their products are never stored)
+  const float* b[2];  // the weight block of accumulator half 0 and half 1
+  int64_t a_step, b_step;
 };
 
 template <class C>
-__device__ __forceinline__ BlockScales load_block_scales(const KernelParams& p, const WorkTile& t,
-                                                         int32_t r_lo, int32_t blk0, int32_t blk1,
-                                                         int kb) {
-  const float* b_scale_e = p.b_scale + t.expert * p.b_e_stride;
-  float sa_lo = 0.0f, sa_hi = 0.0f;
-  if (r_lo < t.row_end) sa_lo = __ldg(p.a_scale + r_lo * p.a_row_stride + kb * p.a_k_stride);
-  if (r_lo + 8 < t.row_end)
-    sa_hi = __ldg(p.a_scale + (r_lo + 8) * p.a_row_stride + kb * p.a_k_stride);
-  const float sb0 = __ldg(b_scale_e + blk0 * p.b_n_stride + kb * p.b_k_stride);
-  const float sb1 = __ldg(b_scale_e + blk1 * p.b_n_stride + kb * p.b_k_stride);
-  return BlockScales{sa_lo * sb0, sa_lo * sb1, sa_hi * sb0, sa_hi * sb1};
-}
-
-// acc += part * (a scale of the row) * (b scale of the group's weight block).
-template <class C>
-__device__ __forceinline__ void promote(float (&acc)[2][C::kHalfAcc],
-                                        const float (&part)[2][C::kHalfAcc], const BlockScales& s,
-                                        uint32_t use_blk1) {
+__device__ __forceinline__ ScaleCursor fp8_scale_cursor(const KernelParams& p, const WorkTile& t,
+                                                        int32_t r_lo, int32_t wg_col0) {
+  ScaleCursor c;
+  const int32_t last = t.row_end - 1;
+  c.a[0] = p.a_scale + static_cast<int64_t>(min(r_lo, last)) * p.a_row_stride;
+  c.a[1] = p.a_scale + static_cast<int64_t>(min(r_lo + 8, last)) * p.a_row_stride;
+  const float* b_e = p.b_scale + t.expert * p.b_e_stride;
 #pragma unroll
-  for (int j = 0; j < C::kGroups; ++j) {
-    const bool second = (use_blk1 >> j) & 1u;
-    const float lo = second ? s.lo1 : s.lo0, hi = second ? s.hi1 : s.hi0;
-    const int h = j / C::kHalfGroups, i = 4 * (j % C::kHalfGroups);
-    acc[h][i + 0] += part[h][i + 0] * lo;
-    acc[h][i + 1] += part[h][i + 1] * lo;
-    acc[h][i + 2] += part[h][i + 2] * hi;
-    acc[h][i + 3] += part[h][i + 3] * hi;
+  for (int h = 0; h < 2; ++h) {
+    const int32_t blk = min(group_b_row<C>(p, wg_col0, h * C::kHalfGroups) / 128, p.b_n_blocks - 1);
+    c.b[h] = b_e + blk * p.b_n_stride;
   }
+  c.a_step = p.a_k_stride;
+  c.b_step = p.b_k_stride;
+  return c;
 }
 
 // fp8 block scales apply to one K block's product at a time, so each block's wgmmas write a
@@ -342,21 +350,33 @@ __device__ __forceinline__ void promote(float (&acc)[2][C::kHalfAcc],
 // then serializes every wgmma of those kernels (C7514) and the 64x64 / 64x128 fp8 tiles ran
 // 12-25 % slower on the H200, 2026-11-29; perf.md.)
 template <class C>
-__device__ __forceinline__ void fp8_main_loop(const KernelParams& p, uint8_t* tiles, Control& ctl,
-                                              const WorkTile& t, float (&acc)[2][C::kHalfAcc],
-                                              int& stage, uint32_t& phase, int a_offset,
-                                              int b_offset0, int b_offset1, int32_t r_lo,
-                                              int32_t blk0, int32_t blk1, uint32_t use_blk1) {
+__device__ __forceinline__ void fp8_main_loop(const KernelParams& p, const OperandFields& f,
+                                              Control& ctl, ScaleCursor c,
+                                              float (&acc)[2][C::kHalfAcc], int& stage,
+                                              uint32_t& phase) {
   float part[2][C::kHalfAcc];
   for (int kb = 0; kb < p.num_k_blocks; ++kb) {
-    const BlockScales scales = load_block_scales<C>(p, t, r_lo, blk0, blk1, kb);
+    // Loaded before the stage's wait; used after the block's wgmmas are done.
+    const float sa_lo = __ldg(c.a[0]), sa_hi = __ldg(c.a[1]);
+    const float sb0 = __ldg(c.b[0]), sb1 = __ldg(c.b[1]);
+    c.a[0] += c.a_step, c.a[1] += c.a_step, c.b[0] += c.b_step, c.b[1] += c.b_step;
     const int current = stage;
-    issue_k_block<C>(part, tiles, ctl, stage, phase, a_offset, b_offset0, b_offset1, false);
+    issue_k_block<C>(part, f, ctl, stage, phase, false);
     wgmma_wait<0>();
     fence_accumulators(part[0]);
     fence_accumulators(part[1]);
     release_stage(ctl, current);
-    promote<C>(acc, part, scales, use_blk1);
+    const float s[2][2] = {{sa_lo * sb0, sa_hi * sb0}, {sa_lo * sb1, sa_hi * sb1}};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int i = 0; i < C::kHalfAcc; i += 4) {
+        acc[h][i + 0] = fmaf(part[h][i + 0], s[h][0], acc[h][i + 0]);
+        acc[h][i + 1] = fmaf(part[h][i + 1], s[h][0], acc[h][i + 1]);
+        acc[h][i + 2] = fmaf(part[h][i + 2], s[h][1], acc[h][i + 2]);
+        acc[h][i + 3] = fmaf(part[h][i + 3], s[h][1], acc[h][i + 3]);
+      }
+    }
   }
 }
 
@@ -506,11 +526,10 @@ __device__ __forceinline__ void mx_k_step(float (&acc)[2][C::kHalfAcc],
 // the stage is freed once its last K step's wgmmas are done. The two consumer warpgroups
 // overlap one's promotion with the other's wgmmas.
 template <class C>
-__device__ __forceinline__ void mx_main_loop(const KernelParams& p, uint8_t* tiles, Control& ctl,
-                                             const WorkTile& t, float (&acc)[2][C::kHalfAcc],
-                                             int& stage, uint32_t& phase, int a_offset,
-                                             int b_offset0, int b_offset1, int32_t r_lo,
-                                             int32_t wg_col0) {
+__device__ __forceinline__ void mx_main_loop(const KernelParams& p, const OperandFields& f,
+                                             Control& ctl, const WorkTile& t,
+                                             float (&acc)[2][C::kHalfAcc], int& stage,
+                                             uint32_t& phase, int32_t r_lo, int32_t wg_col0) {
   static_assert(C::kFp8 && C::kBK == 128, "MX runs in the fp8 kernels: 4 K steps per block");
   float part[C::kHalfAcc];
   for (int kb = 0; kb < p.num_k_blocks; ++kb) {
@@ -518,10 +537,10 @@ __device__ __forceinline__ void mx_main_loop(const KernelParams& p, uint8_t* til
     load_mx_scales<C>(p, t, r_lo, wg_col0, kb, w);
     mbar_wait(&ctl.full[stage], phase);
     const bool special = mx_has_special_codes<C>(w);
-    uint8_t* a_tile = tiles + stage * C::kStageBytes;
-    const uint64_t desc_a = kmajor_sw128_desc(a_tile + a_offset);
-    const uint64_t desc_b0 = kmajor_sw128_desc(a_tile + C::kABytes + b_offset0);
-    const uint64_t desc_b1 = kmajor_sw128_desc(a_tile + C::kABytes + b_offset1);
+    const uint32_t at = stage_field_offset<C>(stage);
+    const uint64_t desc_a = kmajor_sw128_desc_at(f.a + at);
+    const uint64_t desc_b0 = kmajor_sw128_desc_at(f.b0 + at);
+    const uint64_t desc_b1 = kmajor_sw128_desc_at(f.b1 + at);
     mx_k_step<C, 0>(acc, part, desc_a, desc_b0, desc_b1, w, special, ctl, stage);
     mx_k_step<C, 1>(acc, part, desc_a, desc_b0, desc_b1, w, special, ctl, stage);
     mx_k_step<C, 2>(acc, part, desc_a, desc_b0, desc_b1, w, special, ctl, stage);
@@ -650,6 +669,9 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
   // right); gated, its kWgN/2 gate rows and the matching up rows BN/2 rows further.
   const int b_offset0 = C::kSplitM ? 0 : wg * (p.gated ? C::kWgN / 2 : C::kWgN) * 128;
   const int b_offset1 = b_offset0 + (p.gated ? C::BN / 2 : C::kWgN / 2) * 128;
+  const OperandFields fields{sw128_start_field(tiles + a_offset),
+                             sw128_start_field(tiles + C::kABytes + b_offset0),
+                             sw128_start_field(tiles + C::kABytes + b_offset1)};
   int stage = 0, slot = 0;
   uint32_t phase = 0, slot_phase = 0;
   while (true) {
@@ -673,36 +695,17 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
     const int32_t r_lo = t.row_begin + (C::kSplitM ? wg * 64 : 0) + warp * 16 + lane / 4;
     const int32_t wg_col0 = t.n_block * C::BN + (C::kSplitM ? 0 : wg * C::kWgN);  // tile row of B
 
-    // fp8: the (at most two) weight-scale blocks this consumer's columns fall in, and which of
-    // the two each 8-column group uses.
-    int32_t blk0 = 0, blk1 = 0;
-    uint32_t use_blk1 = 0;
     if constexpr (C::kFp8) {
-      blk0 = group_b_row<C>(p, wg_col0, 0) / 128;
-      blk1 = blk0;
-#pragma unroll
-      for (int j = 0; j < C::kGroups; ++j) {
-        const int32_t blk = group_b_row<C>(p, wg_col0, j) / 128;
-        if (blk != blk0) {
-          blk1 = blk;
-          use_blk1 |= 1u << j;
-        }
-      }
-      blk0 = min(blk0, p.b_n_blocks - 1);
-      blk1 = min(blk1, p.b_n_blocks - 1);
 #pragma unroll
       for (int i = 0; i < C::kHalfAcc; ++i) acc[0][i] = acc[1][i] = 0.0f;
-    }
-    if constexpr (C::kFp8) {
       if (p.mx) {
-        mx_main_loop<C>(p, tiles, ctl, t, acc, stage, phase, a_offset, b_offset0, b_offset1, r_lo,
-                        wg_col0);
+        mx_main_loop<C>(p, fields, ctl, t, acc, stage, phase, r_lo, wg_col0);
       } else {
-        fp8_main_loop<C>(p, tiles, ctl, t, acc, stage, phase, a_offset, b_offset0, b_offset1,
-                         r_lo, blk0, blk1, use_blk1);
+        fp8_main_loop<C>(p, fields, ctl, fp8_scale_cursor<C>(p, t, r_lo, wg_col0), acc, stage,
+                         phase);
       }
     } else {
-      bf16_main_loop<C>(p, tiles, ctl, acc, stage, phase, a_offset, b_offset0, b_offset1);
+      bf16_main_loop<C>(p, fields, ctl, acc, stage, phase);
     }
 
     // ---- epilogue ----

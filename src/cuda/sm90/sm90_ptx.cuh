@@ -90,12 +90,23 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
 // writes it: rows of 128 bytes, 8-row (1024-byte) swizzle atoms stacked along M/N. The tile
 // must start 1024-byte aligned; stepping K inside the 128-byte row adds bytes/16 to the
 // start-address field (the hardware applies the swizzle to the computed addresses).
+// The descriptor is built from its low word (start address field | leading byte offset) and a
+// constant high word (stride byte offset, swizzle mode): a consumer computes the start field of
+// its stage-0 tiles once and steps stages and K with 32-bit adds (64-bit descriptor arithmetic
+// in the K loop cost ~40 instructions per block, ncu 2026-11-30). The start field is 14 bits of
+// a shared-memory address / 16; addresses stay below 256 KB, so the adds never carry out of it.
+__device__ __forceinline__ uint32_t sw128_start_field(const void* tile) {
+  return (smem_addr(tile) & 0x3ffffu) >> 4;
+}
+__device__ __forceinline__ uint64_t kmajor_sw128_desc_at(uint32_t start_field) {
+  constexpr uint32_t kLeadingByteOffset = 1;         // unused by swizzled K-major layouts
+  constexpr uint32_t kStrideByteOffset = 1024 >> 4;  // one 8-row swizzle atom
+  constexpr uint32_t kSwizzle128B = 1;
+  constexpr uint32_t kHigh = kStrideByteOffset | (kSwizzle128B << 30);
+  return (static_cast<uint64_t>(kHigh) << 32) | (start_field | (kLeadingByteOffset << 16));
+}
 __device__ __forceinline__ uint64_t kmajor_sw128_desc(const void* tile) {
-  const uint64_t start = (smem_addr(tile) & 0x3ffffu) >> 4;
-  constexpr uint64_t kLeadingByteOffset = 1;         // unused by swizzled K-major layouts
-  constexpr uint64_t kStrideByteOffset = 1024 >> 4;  // one 8-row swizzle atom
-  constexpr uint64_t kSwizzle128B = 1;
-  return start | (kLeadingByteOffset << 16) | (kStrideByteOffset << 32) | (kSwizzle128B << 62);
+  return kmajor_sw128_desc_at(sw128_start_field(tile));
 }
 
 __device__ __forceinline__ void wgmma_fence() {
@@ -115,6 +126,17 @@ template <int kN>
 __device__ __forceinline__ void fence_accumulators(float (&d)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// ---- cp.async (4-byte global -> shared copies that do not wait for their data) -------------
+
+__device__ __forceinline__ void cp_async_4(void* dst_shared, const void* src_global) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst_shared)),
+               "l"(src_global)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
 // ---- registers and named barriers -----------------------------------------------------------
