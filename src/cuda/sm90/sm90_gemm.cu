@@ -18,14 +18,16 @@ namespace modmoe::cuda::sm90 {
 namespace {
 
 // The compiled tiles. fp8 keeps two accumulator sets per thread (the running sum and one K
-// block's product), which leaves no room for a 64 x 256 consumer tile: no 128x256 in fp8.
+// block's product): the 128x256 fp8 tile (a 64x256 consumer) promotes one half of its
+// accumulators at a time, and takes neither MX scales nor an Interleaved gated B (whose gate
+// rows of 128 outputs span two weight-scale blocks; the kernel reads one per half).
 struct TileEntry {
   const char* name;
   int bm, bn;
   bool bf16, fp8;
 };
 constexpr TileEntry kTiles[] = {
-    {"128x256", 128, 256, true, false}, {"128x128", 128, 128, true, true},
+    {"128x256", 128, 256, true, true},  {"128x128", 128, 128, true, true},
     {"64x256", 64, 256, true, true},    {"64x128", 64, 128, true, true},
     {"64x64", 64, 64, true, true},
 };
@@ -176,6 +178,7 @@ void dispatch(const TileEntry& tile, bool fp8, const Maps& maps, const KernelPar
               int grid, cudaStream_t stream) {
   const std::string name = tile.name;
   if (fp8) {
+    if (name == "128x256") return launch_config<128, 256, true>(maps, params, grid, stream);
     if (name == "128x128") return launch_config<128, 128, true>(maps, params, grid, stream);
     if (name == "64x256") return launch_config<64, 256, true>(maps, params, grid, stream);
     if (name == "64x128") return launch_config<64, 128, true>(maps, params, grid, stream);
@@ -197,10 +200,20 @@ int device_sm_count() {
   return sms;
 }
 
+// Whether the fp8 128x256 tile can take this call (see kTiles).
+bool fp8_wide_tile_fits(const GemmArgs& g) {
+  return !g.mx && !(g.gated && g.gated_layout == GatedLayout::Interleaved);
+}
+
 std::string resolved_tile(const GemmArgs& g) {
   if (!g.tile.empty()) return g.tile;
-  return choose_tile(g.total_rows, g.n_out(), g.K, g.E, g.gated, g.ab_dtype,
-                     g.d_dtype == DType::fp8_e4m3, g.sm_count > 0 ? g.sm_count : device_sm_count());
+  const bool fp8_out = g.d_dtype == DType::fp8_e4m3;
+  const std::string tile =
+      choose_tile(g.total_rows, g.n_out(), g.K, g.E, g.gated, g.ab_dtype, fp8_out,
+                  g.sm_count > 0 ? g.sm_count : device_sm_count());
+  if (g.ab_dtype == DType::fp8_e4m3 && tile == "128x256" && !fp8_wide_tile_fits(g))
+    return fp8_out ? "64x256" : "128x128";
+  return tile;
 }
 
 }  // namespace
@@ -230,8 +243,7 @@ bool available(int device) {
 
 std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E, bool gated,
                         DType dtype, bool fp8_out, int sm_count) {
-  (void)K;
-  const bool fp8 = dtype == DType::fp8_e4m3;
+  (void)K, (void)dtype;  // one rule for bf16 and fp8 since fp8 has a 128x256 tile too
   const int64_t N_b = gated ? 2 * N_out : N_out;
   // Rows a busy expert is expected to own (the counts are on the device).
   const int64_t busy = std::max<int64_t>(1, std::min(E, total_rows));
@@ -240,13 +252,13 @@ std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E,
     return busy * ceil_div(rows_per_expert, bm) * ceil_div(N_b, bn);
   };
   // An fp8 gated output needs all 128 columns of a quantization group in one tile.
-  if (fp8_out) return (!fp8 && rows_per_expert > 64) ? "128x256" : "64x256";
+  if (fp8_out) return rows_per_expert > 64 ? "128x256" : "64x256";
   if (rows_per_expert <= 64) {
     // Decode-like: weight streaming dominates; narrower tiles until every SM has one.
     if (tiles_of(64, 256) >= 2 * sm_count) return "64x256";
     return tiles_of(64, 128) >= sm_count ? "64x128" : "64x64";
   }
-  if (!fp8 && tiles_of(128, 256) >= sm_count) return "128x256";
+  if (tiles_of(128, 256) >= sm_count) return "128x256";
   return "128x128";
 }
 
@@ -278,6 +290,10 @@ std::string can_implement(const GemmArgs& g) {
                           4 !=
                       0)) {
     why << "MX-FP8 scales must be 4-byte aligned";
+  } else if (fp8 && tile->bn == 256 && tile->bm == 128 && !fp8_wide_tile_fits(g)) {
+    why << "tile " << name << " takes fp8 with block scales and a GateUp/UpGate or plain B only "
+        << "(its consumers read one weight-scale block per accumulator half), got "
+        << (g.mx ? "MX-FP8 scales" : "an Interleaved gated B");
   } else if (fp8 && g.K % 128 != 0) {
     why << "K must be a multiple of 128 for fp8 block scales, got " << g.K;
   } else if (g.total_rows >= (int64_t{1} << 31) || g.E >= (int64_t{1} << 31) ||

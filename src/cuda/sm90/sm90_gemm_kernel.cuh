@@ -312,10 +312,11 @@ __device__ __forceinline__ void bf16_main_loop(const KernelParams& p, const Oper
 
 // Where a consumer thread reads its fp8 block scales, advanced one K block at a time: the scale
 // of each of its two rows, and the weight block of each accumulator half. Every 8-column group
-// of a half lies in the same 128-row weight block: a half is kWgN/2 (<= 64) B rows starting at
-// a multiple of kWgN/2 (plain: wg_col0 + h kWgN/2; gated GateUp/UpGate: (gate|up) * N + out0
+// of a half lies in the same 128-row weight block: a half is kWgN/2 B rows starting at a
+// multiple of kWgN/2 (plain: wg_col0 + h kWgN/2; gated GateUp/UpGate: (gate|up) * N + out0
 // with N % 128 == 0, which can_implement requires; Interleaved: rows 2 out0 .. 2 out0 + kWgN - 1
-// with 2 out0 a multiple of kWgN), and kWgN divides 128. So one scale per half per K block, not
+// with 2 out0 a multiple of kWgN), and kWgN/2 divides 128 (kWgN itself for Interleaved, so
+// the 128x256 tile, kWgN = 256, refuses Interleaved). So one scale per half per K block, not
 // one selected per group (ncu, 2026-11-30: the per-group select and the per-block address
 // arithmetic were 2/3 of a 128x128 consumer's ~300 instructions per K block).
 struct ScaleCursor {
@@ -349,11 +350,29 @@ __device__ __forceinline__ ScaleCursor fp8_scale_cursor(const KernelParams& p, c
 // running while block k-1 is promoted, were tried for consumer tiles of <= 64 columns: ptxas
 // then serializes every wgmma of those kernels (C7514) and the 64x64 / 64x128 fp8 tiles ran
 // 12-25 % slower on the H200, 2026-11-29; perf.md.)
+//
+// acc += part * (scale of the row): s_lo for the thread's row r_lo (elements 0, 1 of each
+// 4-element group), s_hi for r_lo + 8 (elements 2, 3).
+template <int kN>
+__device__ __forceinline__ void promote_half(float (&acc)[kN], const float (&part)[kN],
+                                             float s_lo, float s_hi) {
+#pragma unroll
+  for (int i = 0; i < kN; i += 4) {
+    acc[i + 0] = fmaf(part[i + 0], s_lo, acc[i + 0]);
+    acc[i + 1] = fmaf(part[i + 1], s_lo, acc[i + 1]);
+    acc[i + 2] = fmaf(part[i + 2], s_hi, acc[i + 2]);
+    acc[i + 3] = fmaf(part[i + 3], s_hi, acc[i + 3]);
+  }
+}
+
+// Consumers of <= 128 columns: both halves' wgmmas of a K block into one product buffer, one
+// wait, then the promotion.
 template <class C>
-__device__ __forceinline__ void fp8_main_loop(const KernelParams& p, const OperandFields& f,
-                                              Control& ctl, ScaleCursor c,
-                                              float (&acc)[2][C::kHalfAcc], int& stage,
-                                              uint32_t& phase) {
+__device__ __forceinline__ void fp8_main_loop_together(const KernelParams& p,
+                                                       const OperandFields& f, Control& ctl,
+                                                       ScaleCursor c,
+                                                       float (&acc)[2][C::kHalfAcc], int& stage,
+                                                       uint32_t& phase) {
   float part[2][C::kHalfAcc];
   for (int kb = 0; kb < p.num_k_blocks; ++kb) {
     // Loaded before the stage's wait; used after the block's wgmmas are done.
@@ -366,17 +385,54 @@ __device__ __forceinline__ void fp8_main_loop(const KernelParams& p, const Opera
     fence_accumulators(part[0]);
     fence_accumulators(part[1]);
     release_stage(ctl, current);
-    const float s[2][2] = {{sa_lo * sb0, sa_hi * sb0}, {sa_lo * sb1, sa_hi * sb1}};
+    promote_half(acc[0], part[0], sa_lo * sb0, sa_hi * sb0);
+    promote_half(acc[1], part[1], sa_lo * sb1, sa_hi * sb1);
+  }
+}
+
+// A 64x256 consumer (the 128x256 fp8 tile) has no registers for a product buffer of both
+// halves (128 + 128 accumulators): it runs its K block one accumulator half at a time, each
+// half's wgmmas (n = 128) into one 64-register buffer, waited for and promoted before the next.
+template <class C>
+__device__ __forceinline__ void fp8_main_loop_by_halves(const KernelParams& p,
+                                                        const OperandFields& f, Control& ctl,
+                                                        ScaleCursor c,
+                                                        float (&acc)[2][C::kHalfAcc],
+                                                        int& stage, uint32_t& phase) {
+  float part[C::kHalfAcc];
+  for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+    const float sa_lo = __ldg(c.a[0]), sa_hi = __ldg(c.a[1]);
+    const float sb[2] = {__ldg(c.b[0]), __ldg(c.b[1])};
+    c.a[0] += c.a_step, c.a[1] += c.a_step, c.b[0] += c.b_step, c.b[1] += c.b_step;
+    mbar_wait(&ctl.full[stage], phase);
+    const uint32_t at = stage_field_offset<C>(stage);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      const uint32_t b = (h == 0 ? f.b0 : f.b1) + at;
+      wgmma_fence();
 #pragma unroll
-      for (int i = 0; i < C::kHalfAcc; i += 4) {
-        acc[h][i + 0] = fmaf(part[h][i + 0], s[h][0], acc[h][i + 0]);
-        acc[h][i + 1] = fmaf(part[h][i + 1], s[h][0], acc[h][i + 1]);
-        acc[h][i + 2] = fmaf(part[h][i + 2], s[h][1], acc[h][i + 2]);
-        acc[h][i + 3] = fmaf(part[h][i + 3], s[h][1], acc[h][i + 3]);
-      }
+      for (int s = 0; s < C::kBK / C::kKStep; ++s)
+        Wgmma<C::kWgN / 2, true>::run(part, kmajor_sw128_desc_at(f.a + at + 2 * s),
+                                      kmajor_sw128_desc_at(b + 2 * s), s > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_accumulators(part);
+      if (h == 1) release_stage(ctl, stage);
+      promote_half(acc[h], part, sa_lo * sb[h], sa_hi * sb[h]);
     }
+    if (++stage == C::kStages) stage = 0, phase ^= 1;
+  }
+}
+
+template <class C>
+__device__ __forceinline__ void fp8_main_loop(const KernelParams& p, const OperandFields& f,
+                                              Control& ctl, const ScaleCursor& c,
+                                              float (&acc)[2][C::kHalfAcc], int& stage,
+                                              uint32_t& phase) {
+  if constexpr (C::kHalfAcc > 32) {
+    fp8_main_loop_by_halves<C>(p, f, ctl, c, acc, stage, phase);
+  } else {
+    fp8_main_loop_together<C>(p, f, ctl, c, acc, stage, phase);
   }
 }
 
@@ -699,7 +755,13 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
 #pragma unroll
       for (int i = 0; i < C::kHalfAcc; ++i) acc[0][i] = acc[1][i] = 0.0f;
       if (p.mx) {
-        mx_main_loop<C>(p, fields, ctl, t, acc, stage, phase, r_lo, wg_col0);
+        // MX keeps 32 scale words per accumulator half: not built for 64x256 consumers
+        // (can_implement refuses MX on the 128x256 tile).
+        if constexpr (C::kHalfAcc <= 32) {
+          mx_main_loop<C>(p, fields, ctl, t, acc, stage, phase, r_lo, wg_col0);
+        } else {
+          __trap();
+        }
       } else {
         fp8_main_loop<C>(p, fields, ctl, fp8_scale_cursor<C>(p, t, r_lo, wg_col0), acc, stage,
                          phase);
