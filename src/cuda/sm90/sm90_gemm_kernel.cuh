@@ -646,17 +646,21 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
                                                int32_t wg_col0, int32_t r_lo) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
   // Gated: acc[0] = gate, acc[1] = up, of the same output columns. The result goes into acc[0].
+  // A thread whose two rows are both past the expert's end stores nothing and skips the
+  // activation (at 1 row per expert that is 63 of a 64-row tile's rows; its amax stays 0).
   uint32_t amax_lo = 0, amax_hi = 0;
+  if (r_lo < t.row_end) {
 #pragma unroll
-  for (int g = 0; g < C::kGroups / 2; ++g) {
+    for (int g = 0; g < C::kGroups / 2; ++g) {
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float v = gated_function(kAct, acc[0][4 * g + q], acc[1][4 * g + q]);
-      acc[0][4 * g + q] = v;
-      if (q < 2) {
-        amax_lo = max(amax_lo, abs_bits(v));
-      } else {
-        amax_hi = max(amax_hi, abs_bits(v));
+      for (int q = 0; q < 4; ++q) {
+        const float v = gated_function(kAct, acc[0][4 * g + q], acc[1][4 * g + q]);
+        acc[0][4 * g + q] = v;
+        if (q < 2) {
+          amax_lo = max(amax_lo, abs_bits(v));
+        } else {
+          amax_hi = max(amax_hi, abs_bits(v));
+        }
       }
     }
   }
