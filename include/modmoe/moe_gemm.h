@@ -64,9 +64,9 @@ struct MoeGemmOptions {
   std::string tile;  // Hopper kernel only: "" = the heuristic, else one of moe_gemm_sm90_tiles()
 };
 
-void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b,
-                        const Tensor& a_scale, const Tensor& b_scale, const Tensor& m_indptr,
-                        const Tensor& out, const MoeGemmOptions& options = {});
+void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                        const Tensor& b_scale, const Tensor& m_indptr, const Tensor& out,
+                        const MoeGemmOptions& options = {});
 
 // The Hopper kernel's tile shapes, "BMxBN" (rows of a x rows of b per CTA tile; gated tiles
 // hold BN/2 gate and BN/2 up rows). Empty in a build without the sm_90a kernels. Not every

@@ -27,8 +27,8 @@ struct TileEntry {
   bool bf16, fp8;
 };
 constexpr TileEntry kTiles[] = {
-    {"128x256", 128, 256, true, true},  {"128x128", 128, 128, true, true},
-    {"64x256", 64, 256, true, true},    {"64x128", 64, 128, true, true},
+    {"128x256", 128, 256, true, true}, {"128x128", 128, 128, true, true},
+    {"64x256", 64, 256, true, true},   {"64x128", 64, 128, true, true},
     {"64x64", 64, 64, true, true},
 };
 
@@ -208,9 +208,8 @@ bool fp8_wide_tile_fits(const GemmArgs& g) {
 std::string resolved_tile(const GemmArgs& g) {
   if (!g.tile.empty()) return g.tile;
   const bool fp8_out = g.d_dtype == DType::fp8_e4m3;
-  const std::string tile =
-      choose_tile(g.total_rows, g.n_out(), g.K, g.E, g.gated, g.ab_dtype, fp8_out,
-                  g.sm_count > 0 ? g.sm_count : device_sm_count());
+  const std::string tile = choose_tile(g.total_rows, g.n_out(), g.K, g.E, g.gated, g.ab_dtype,
+                                       fp8_out, g.sm_count > 0 ? g.sm_count : device_sm_count());
   if (g.ab_dtype == DType::fp8_e4m3 && tile == "128x256" && !fp8_wide_tile_fits(g))
     return fp8_out ? "64x256" : "128x128";
   return tile;

@@ -272,9 +272,9 @@ __device__ __forceinline__ uint32_t stage_field_offset(int stage) {
 // Waits for the next stage and issues its wgmmas into d (one K block: 128 bytes of K).
 // `accumulate_first`: whether the block's first instruction adds to d (else overwrites it).
 template <class C>
-__device__ __forceinline__ void issue_k_block(float (&d)[2][C::kHalfAcc],
-                                              const OperandFields& f, Control& ctl, int& stage,
-                                              uint32_t& phase, bool accumulate_first) {
+__device__ __forceinline__ void issue_k_block(float (&d)[2][C::kHalfAcc], const OperandFields& f,
+                                              Control& ctl, int& stage, uint32_t& phase,
+                                              bool accumulate_first) {
   mbar_wait(&ctl.full[stage], phase);
   const uint32_t at = stage_field_offset<C>(stage);
   wgmma_fence();
@@ -354,8 +354,8 @@ __device__ __forceinline__ ScaleCursor fp8_scale_cursor(const KernelParams& p, c
 // acc += part * (scale of the row): s_lo for the thread's row r_lo (elements 0, 1 of each
 // 4-element group), s_hi for r_lo + 8 (elements 2, 3).
 template <int kN>
-__device__ __forceinline__ void promote_half(float (&acc)[kN], const float (&part)[kN],
-                                             float s_lo, float s_hi) {
+__device__ __forceinline__ void promote_half(float (&acc)[kN], const float (&part)[kN], float s_lo,
+                                             float s_hi) {
 #pragma unroll
   for (int i = 0; i < kN; i += 4) {
     acc[i + 0] = fmaf(part[i + 0], s_lo, acc[i + 0]);
@@ -370,9 +370,8 @@ __device__ __forceinline__ void promote_half(float (&acc)[kN], const float (&par
 template <class C>
 __device__ __forceinline__ void fp8_main_loop_together(const KernelParams& p,
                                                        const OperandFields& f, Control& ctl,
-                                                       ScaleCursor c,
-                                                       float (&acc)[2][C::kHalfAcc], int& stage,
-                                                       uint32_t& phase) {
+                                                       ScaleCursor c, float (&acc)[2][C::kHalfAcc],
+                                                       int& stage, uint32_t& phase) {
   float part[2][C::kHalfAcc];
   for (int kb = 0; kb < p.num_k_blocks; ++kb) {
     // Loaded before the stage's wait; used after the block's wgmmas are done.
@@ -396,8 +395,7 @@ __device__ __forceinline__ void fp8_main_loop_together(const KernelParams& p,
 template <class C>
 __device__ __forceinline__ void fp8_main_loop_by_halves(const KernelParams& p,
                                                         const OperandFields& f, Control& ctl,
-                                                        ScaleCursor c,
-                                                        float (&acc)[2][C::kHalfAcc],
+                                                        ScaleCursor c, float (&acc)[2][C::kHalfAcc],
                                                         int& stage, uint32_t& phase) {
   float part[C::kHalfAcc];
   for (int kb = 0; kb < p.num_k_blocks; ++kb) {
@@ -489,9 +487,10 @@ __device__ __forceinline__ void load_mx_scales(const KernelParams& p, const Work
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int32_t row = mx_column_b_row<C>(p, wg_col0, h, jj, c);
-        w.b[h][jj][c] = row < p.N_b ? __ldg(reinterpret_cast<const uint32_t*>(
-                                          b_e + int64_t{row} * p.mx_row_bytes))
-                                    : kMxUnitScales;
+        w.b[h][jj][c] =
+            row < p.N_b
+                ? __ldg(reinterpret_cast<const uint32_t*>(b_e + int64_t{row} * p.mx_row_bytes))
+                : kMxUnitScales;
       }
     }
   }
@@ -550,10 +549,10 @@ __device__ __forceinline__ void promote_mx(float (&acc)[C::kHalfAcc],
 // warpgroup's wgmmas fill the tensor cores meanwhile. `release`: free the stage once this
 // wgmma (the block's last) is done.
 template <class C, int kStep, int kHalf>
-__device__ __forceinline__ void mx_k_step(float (&acc)[2][C::kHalfAcc],
-                                          float (&part)[C::kHalfAcc], uint64_t desc_a,
-                                          uint64_t desc_b, const MxScaleWords<C>& w, bool special,
-                                          Control& ctl, int stage, bool release) {
+__device__ __forceinline__ void mx_k_step(float (&acc)[2][C::kHalfAcc], float (&part)[C::kHalfAcc],
+                                          uint64_t desc_a, uint64_t desc_b,
+                                          const MxScaleWords<C>& w, bool special, Control& ctl,
+                                          int stage, bool release) {
   wgmma_fence();
   Wgmma<C::kWgN / 2, true>::run(part, desc_a + 2 * kStep, desc_b + 2 * kStep, false);
   wgmma_commit();
@@ -569,9 +568,8 @@ __device__ __forceinline__ void mx_k_step(float (&acc)[2][C::kHalfAcc],
 }
 
 template <class C, int kStep>
-__device__ __forceinline__ void mx_k_step(float (&acc)[2][C::kHalfAcc],
-                                          float (&part)[C::kHalfAcc], uint64_t desc_a,
-                                          uint64_t desc_b0, uint64_t desc_b1,
+__device__ __forceinline__ void mx_k_step(float (&acc)[2][C::kHalfAcc], float (&part)[C::kHalfAcc],
+                                          uint64_t desc_a, uint64_t desc_b0, uint64_t desc_b1,
                                           const MxScaleWords<C>& w, bool special, Control& ctl,
                                           int stage) {
   mx_k_step<C, kStep, 0>(acc, part, desc_a, desc_b0, w, special, ctl, stage, false);

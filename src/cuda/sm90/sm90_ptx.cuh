@@ -105,9 +105,6 @@ __device__ __forceinline__ uint64_t kmajor_sw128_desc_at(uint32_t start_field) {
   constexpr uint32_t kHigh = kStrideByteOffset | (kSwizzle128B << 30);
   return (static_cast<uint64_t>(kHigh) << 32) | (start_field | (kLeadingByteOffset << 16));
 }
-__device__ __forceinline__ uint64_t kmajor_sw128_desc(const void* tile) {
-  return kmajor_sw128_desc_at(sw128_start_field(tile));
-}
 
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
