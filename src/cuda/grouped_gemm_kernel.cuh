@@ -34,6 +34,7 @@
 
 #include <cstdint>
 
+#include "cuda/fp8_codec.cuh"
 #include "cuda/grouped_gemm_ptx.cuh"
 
 namespace modmoe::cuda::gemm {
@@ -138,12 +139,6 @@ struct SmemLayout {
 // XOR-swizzled by row % 8, so the 8 rows an ldmatrix reads sit in 8 distinct bank groups.
 __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>(row * kSliceBytes + ((chunk ^ (row & 7)) << 4));
-}
-
-// e8m0 code -> 2^(code - 127) as fp32 (code 0: 2^-127, a subnormal; 0xff: NaN), as the CPU.
-__device__ __forceinline__ float e8m0_to_float_device(uint8_t code) {
-  if (code == 0xff) return __uint_as_float(0x7fc00000u);
-  return code == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(uint32_t(code) << 23);
 }
 
 // gate_column / up_column of activation.h, on the device.
@@ -412,7 +407,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
           if constexpr (SM == ScaleMode::block128) {
             v = __ldg(reinterpret_cast<const float*>(scale_src[i]) + group);
           } else {
-            v = e8m0_to_float_device(__ldg(scale_src[i] + group));
+            v = e8m0_value(__ldg(scale_src[i] + group));  // fp8_codec.cuh: as the CPU
           }
         }
         out[i] = v;
