@@ -12,11 +12,13 @@
 
 #include "modmoe/modmoe.h"
 #include "modmoe/numeric.h"
+#include "oracle/problem.h"
 
 namespace modmoe {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::transpose_last_two;
 
 struct GemmCase {
   int64_t E, N_b, K;
@@ -181,18 +183,6 @@ TEST(MoeGemmGroupwise, RejectsWhatTheContractForbids) {
 }
 
 // ---- MN-major scales, the fp8 gated output and the kernel options ---------------------------
-
-// The last two dims of a contiguous fp32 tensor swapped (2-D or 3-D): the K-major scale
-// layouts turned into the MN-major ones.
-OwnedTensor transpose_last_two(const Tensor& t) {
-  const int64_t batch = t.ndim() == 3 ? t.size(0) : 1, R = t.size(-2), C = t.size(-1);
-  OwnedTensor out = host_tensor(DType::fp32, t.ndim() == 3 ? Shape{batch, C, R} : Shape{C, R});
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t c = 0; c < C; ++c)
-        out.data_ptr<float>()[(b * C + c) * R + r] = t.data_ptr<const float>()[(b * R + r) * C + c];
-  return out;
-}
 
 // A host tensor whose every byte is `byte` (0xFF: NaN in bf16, fp32 and fp8 e4m3).
 OwnedTensor poisoned(DType dtype, const Shape& shape, uint8_t byte = 0xFF) {

@@ -28,13 +28,6 @@ using ::modmoe::testing::CudaSession;
 using ::modmoe::testing::error_of;
 using ::testing::HasSubstr;
 
-#define ASSERT_CUDA_OK(expr)                                                        \
-  do {                                                                              \
-    const cudaError_t err_ = (expr);                                                \
-    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorName(err_) << " (" \
-                                 << cudaGetErrorString(err_) << ")";                \
-  } while (0)
-
 OwnedTensor random_host(DType dtype, const Shape& shape, uint32_t seed) {
   OwnedTensor t = host_tensor(dtype, shape);
   std::mt19937 rng(seed);
@@ -54,7 +47,7 @@ TEST(CudaContext, FillsDeviceStreamSmCountAndAllocator) {
   EXPECT_EQ(ctx.device, Device::cuda(0));
   EXPECT_EQ(ctx.stream, static_cast<void*>(gpu.stream()));
   int sm_count = 0;
-  ASSERT_CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+  ASSERT_CUDA(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
   EXPECT_GT(sm_count, 0);
   EXPECT_EQ(ctx.sm_count, sm_count);
   ASSERT_NE(ctx.allocator, nullptr);
@@ -93,25 +86,25 @@ TEST(CudaAllocator, AllocatesStreamOrderedDeviceMemory) {
   void* ptr = allocator->allocate(bytes, gpu.stream());
   ASSERT_NE(ptr, nullptr);
   cudaPointerAttributes attributes{};
-  ASSERT_CUDA_OK(cudaPointerGetAttributes(&attributes, ptr));
+  ASSERT_CUDA(cudaPointerGetAttributes(&attributes, ptr));
   EXPECT_EQ(attributes.type, cudaMemoryTypeDevice);
   EXPECT_EQ(attributes.device, 0);
-  ASSERT_CUDA_OK(cudaMemsetAsync(ptr, 0x5a, bytes, gpu.stream()));
+  ASSERT_CUDA(cudaMemsetAsync(ptr, 0x5a, bytes, gpu.stream()));
   std::vector<uint8_t> back(bytes, 0);
-  ASSERT_CUDA_OK(cudaMemcpyAsync(back.data(), ptr, bytes, cudaMemcpyDeviceToHost, gpu.stream()));
-  ASSERT_CUDA_OK(cudaStreamSynchronize(gpu.stream()));
+  ASSERT_CUDA(cudaMemcpyAsync(back.data(), ptr, bytes, cudaMemcpyDeviceToHost, gpu.stream()));
+  ASSERT_CUDA(cudaStreamSynchronize(gpu.stream()));
   EXPECT_EQ(back, std::vector<uint8_t>(bytes, 0x5a));
   allocator->deallocate(ptr, bytes, gpu.stream());
-  ASSERT_CUDA_OK(cudaStreamSynchronize(gpu.stream()));
+  ASSERT_CUDA(cudaStreamSynchronize(gpu.stream()));
 
   EXPECT_EQ(allocator->allocate(0, gpu.stream()), nullptr);
   allocator->deallocate(nullptr, 0, gpu.stream());  // a no-op
 
   // The pool keeps freed memory instead of returning it at every synchronization.
   cudaMemPool_t pool = nullptr;
-  ASSERT_CUDA_OK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  ASSERT_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
   uint64_t threshold = 0;
-  ASSERT_CUDA_OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  ASSERT_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   EXPECT_EQ(threshold, UINT64_MAX);
 
   // Owned tensors through the context allocate and free on the context's stream.
@@ -216,9 +209,8 @@ TEST(CudaGraph, QuantizeAndRouteCaptureAndReplay) {
     // A workspace from the default allocator, inside the capture: a graph memory node.
     const OwnedTensor scratch = gpu.empty(DType::fp8_e4m3, {M, K});
     quantize_activations(ctx, x, QuantScheme::fp8_block, false, scratch, s_block);
-    ASSERT_CUDA_OK(cudaMemcpyAsync(q_block.tensor().data(), scratch.tensor().data(),
-                                   scratch.tensor().nbytes(), cudaMemcpyDeviceToDevice,
-                                   gpu.stream()));
+    ASSERT_CUDA(cudaMemcpyAsync(q_block.tensor().data(), scratch.tensor().data(),
+                                scratch.tensor().nbytes(), cudaMemcpyDeviceToDevice, gpu.stream()));
     softmax_topk(ctx, logits, topk, true, w_soft, ids_soft);
     grouped_topk(ctx, logits, bias, topk, params, w_group, ids_group);
   };
@@ -230,11 +222,11 @@ TEST(CudaGraph, QuantizeAndRouteCaptureAndReplay) {
   gpu.sync();
 
   cudaGraph_t graph = nullptr;
-  ASSERT_CUDA_OK(cudaStreamBeginCapture(gpu.stream(), cudaStreamCaptureModeGlobal));
+  ASSERT_CUDA(cudaStreamBeginCapture(gpu.stream(), cudaStreamCaptureModeGlobal));
   work();
-  ASSERT_CUDA_OK(cudaStreamEndCapture(gpu.stream(), &graph));
+  ASSERT_CUDA(cudaStreamEndCapture(gpu.stream(), &graph));
   cudaGraphExec_t exec = nullptr;
-  ASSERT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
 
   const OwnedTensor host_bias = gpu.to_host(bias);
   for (uint32_t replay = 0; replay < 2; ++replay) {
@@ -243,7 +235,7 @@ TEST(CudaGraph, QuantizeAndRouteCaptureAndReplay) {
     const OwnedTensor logits_host = random_host(DType::fp32, {M, E}, 20 + replay);
     copy_tensor(ctx, x, x_host);
     copy_tensor(ctx, logits, logits_host);
-    ASSERT_CUDA_OK(cudaGraphLaunch(exec, gpu.stream()));
+    ASSERT_CUDA(cudaGraphLaunch(exec, gpu.stream()));
     gpu.sync();
 
     OwnedTensor q = host_tensor(DType::fp8_e4m3, {M, K}), s = host_tensor(DType::fp32, {1});
@@ -270,8 +262,8 @@ TEST(CudaGraph, QuantizeAndRouteCaptureAndReplay) {
       EXPECT_NEAR(w_group_host.data_ptr<float>()[i], w.data_ptr<float>()[i], 2.5e-6) << i;
     }
   }
-  ASSERT_CUDA_OK(cudaGraphExecDestroy(exec));
-  ASSERT_CUDA_OK(cudaGraphDestroy(graph));
+  ASSERT_CUDA(cudaGraphExecDestroy(exec));
+  ASSERT_CUDA(cudaGraphDestroy(graph));
 }
 
 }  // namespace

@@ -28,13 +28,6 @@
 namespace modmoe {
 namespace {
 
-#define ASSERT_CUDA(expr)                                                           \
-  do {                                                                              \
-    const cudaError_t err_ = (expr);                                                \
-    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorName(err_) << " (" \
-                                 << cudaGetErrorString(err_) << ")";                \
-  } while (0)
-
 // One device buffer shaped like a host tensor; moves its contents over on a stream.
 class DeviceTensor {
  public:

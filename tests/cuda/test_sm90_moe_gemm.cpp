@@ -32,23 +32,18 @@
 #include "cuda/sm90_test_util.h"
 #include "modmoe/modmoe.h"
 #include "modmoe/numeric.h"
+#include "oracle/problem.h"
 
 namespace modmoe {
 namespace {
 
 using testing::CudaSession;
+using testing::transpose_last_two;
 using testing::sm90::indptr_from_counts;
 using testing::sm90::Mode;
 using testing::sm90::mode_name;
 using testing::sm90::options_for;
 using testing::sm90::Uniform;
-
-#define ASSERT_CUDA(expr)                                                           \
-  do {                                                                              \
-    const cudaError_t err_ = (expr);                                                \
-    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorName(err_) << " (" \
-                                 << cudaGetErrorString(err_) << ")";                \
-  } while (0)
 
 constexpr double kFp32OutTolerance = 1e-3;  // accumulation order only
 constexpr double kBf16OutTolerance = 4e-3;  // both sides round to bf16: a few 1-ulp flips
@@ -131,18 +126,6 @@ HostInputs make_inputs(const GemmShape& s, uint64_t seed) {
   in.m_indptr = host_tensor(DType::int32, {E + 1});
   std::copy(s.indptr.begin(), s.indptr.end(), in.m_indptr.data_ptr<int32_t>());
   return in;
-}
-
-// a_scale (rows, K/128) -> (K/128, rows), b_scale (E, nb, kb) -> (E, kb, nb): the MN-major
-// layouts of the same values.
-OwnedTensor transpose_last_two(const Tensor& t) {
-  const int64_t batch = t.ndim() == 3 ? t.size(0) : 1, R = t.size(-2), C = t.size(-1);
-  OwnedTensor out = host_tensor(DType::fp32, t.ndim() == 3 ? Shape{batch, C, R} : Shape{C, R});
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t c = 0; c < C; ++c)
-        out.data_ptr<float>()[(b * C + c) * R + r] = t.data_ptr<const float>()[(b * R + r) * C + c];
-  return out;
 }
 
 // Device copies of the host inputs (undefined stays undefined).

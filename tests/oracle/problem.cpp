@@ -351,5 +351,15 @@ void poison(const Tensor& t) {
   }
 }
 
+OwnedTensor transpose_last_two(const Tensor& t) {
+  const int64_t batch = t.ndim() == 3 ? t.size(0) : 1, R = t.size(-2), C = t.size(-1);
+  OwnedTensor out = host_tensor(DType::fp32, t.ndim() == 3 ? Shape{batch, C, R} : Shape{C, R});
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c)
+        out.data_ptr<float>()[(b * C + c) * R + r] = t.data_ptr<const float>()[(b * R + r) * C + c];
+  return out;
+}
+
 }  // namespace testing
 }  // namespace modmoe
