@@ -9,8 +9,8 @@
 #include "cuda/cuda_prepare_finalize.h"
 #include "cuda/cuda_session.h"
 #include "cuda/gpu_test.h"
-#include "cuda/sm90_test_util.h"
 #include "cuda/sm90/sm90_experts.h"
+#include "cuda/sm90_test_util.h"
 #include "modmoe/modmoe.h"
 #include "oracle/oracle.h"
 #include "oracle/problem.h"
@@ -27,6 +27,32 @@ struct FoldCase {
 };
 
 class Sm90ReduceInGemm2 : public ::testing::TestWithParam<FoldCase> {};
+
+// One forward of `p` through NoEP + `experts` on the GPU; the output on the host.
+OwnedTensor forward_on_gpu(CudaSession& s, const testing::Problem& p,
+                           std::shared_ptr<Experts> experts, const Context& ctx) {
+  const MoEConfig& cfg = p.spec.config;
+  ModularKernel kernel(std::make_shared<cuda::NoEPPrepareAndFinalize>(cfg), std::move(experts));
+  ForwardArgs a = p.forward_args();
+  OwnedTensor hidden = s.to_device(p.hidden_states), weights = s.to_device(p.topk_weights),
+              ids = s.to_device(p.topk_ids), out = s.to_device(p.output), w13 = s.to_device(p.w13),
+              w2 = s.to_device(p.w2);
+  OwnedTensor map, w13s, w2s;
+  if (p.expert_map.tensor().defined()) map = s.to_device(p.expert_map);
+  if (p.w13_scale.tensor().defined())
+    w13s = s.to_device(p.w13_scale), w2s = s.to_device(p.w2_scale);
+  a.hidden_states = hidden;
+  a.topk_weights = weights;
+  a.topk_ids = ids;
+  a.output = out;
+  a.expert_map = map;
+  a.weights.w13 = w13;
+  a.weights.w2 = w2;
+  a.weights.w13_scale = w13s;
+  a.weights.w2_scale = w2s;
+  kernel.forward(ctx, a);
+  return s.to_host(out);
+}
 
 testing::ProblemSpec fold_spec(const FoldCase& c) {
   testing::ProblemSpec spec;
@@ -51,33 +77,12 @@ TEST_P(Sm90ReduceInGemm2, MatchesTheOracle) {
   MODMOE_REQUIRE_SM90(s);
   const FoldCase& c = GetParam();
   const testing::Problem p = testing::make_problem(fold_spec(c));
-  const MoEConfig& cfg = p.spec.config;
-  ModularKernel kernel(std::make_shared<cuda::NoEPPrepareAndFinalize>(cfg),
-                       std::make_shared<cuda::Sm90Experts>(cfg, /*reduce_in_gemm2=*/true));
   Context ctx = s.ctx();
   ctx.deterministic = false;
-
-  ForwardArgs a = p.forward_args();
-  OwnedTensor hidden = s.to_device(p.hidden_states), weights = s.to_device(p.topk_weights),
-              ids = s.to_device(p.topk_ids), out = s.to_device(p.output), w13 = s.to_device(p.w13),
-              w2 = s.to_device(p.w2);
-  OwnedTensor map, w13s, w2s;
-  if (p.expert_map.tensor().defined()) map = s.to_device(p.expert_map);
-  if (p.w13_scale.tensor().defined())
-    w13s = s.to_device(p.w13_scale), w2s = s.to_device(p.w2_scale);
-  a.hidden_states = hidden;
-  a.topk_weights = weights;
-  a.topk_ids = ids;
-  a.output = out;
-  a.expert_map = map;
-  a.weights.w13 = w13;
-  a.weights.w2 = w2;
-  a.weights.w13_scale = w13s;
-  a.weights.w2_scale = w2s;
-  kernel.forward(ctx, a);
-
-  const oracle::ErrorReport err = oracle::compare(
-      s.to_host(out), oracle::moe_forward(p.oracle_inputs()), p.topk_ids, p.expert_map);
+  const OwnedTensor out = forward_on_gpu(
+      s, p, std::make_shared<cuda::Sm90Experts>(p.spec.config, /*reduce_in_gemm2=*/true), ctx);
+  const oracle::ErrorReport err =
+      oracle::compare(out, oracle::moe_forward(p.oracle_inputs()), p.topk_ids, p.expert_map);
   const double tol = c.scheme == QuantScheme::none ? 1e-2 : 3e-2;
   EXPECT_TRUE(err.passed(tol)) << p.spec.str() << ": " << err.str();
 }
@@ -104,20 +109,9 @@ TEST(Sm90ReduceInGemm2Guard, NeedsANonDeterministicContextAndHoldsNoPairsByKBuff
   EXPECT_EQ(shape_numel(wd.workspace13) - shape_numel(wf.workspace13),
             (cfg.topk - 1) * M * K * int64_t(sizeof(float)));
 
-  ModularKernel kernel(std::make_shared<cuda::NoEPPrepareAndFinalize>(cfg),
-                       std::make_shared<cuda::Sm90Experts>(cfg, true));
-  ForwardArgs a = p.forward_args();
-  OwnedTensor hidden = s.to_device(p.hidden_states), weights = s.to_device(p.topk_weights),
-              ids = s.to_device(p.topk_ids), out = s.to_device(p.output), w13 = s.to_device(p.w13),
-              w2 = s.to_device(p.w2);
-  a.hidden_states = hidden;
-  a.topk_weights = weights;
-  a.topk_ids = ids;
-  a.output = out;
-  a.weights.w13 = w13;
-  a.weights.w2 = w2;
   try {
-    kernel.forward(s.ctx(), a);  // deterministic by default
+    forward_on_gpu(s, p, std::make_shared<cuda::Sm90Experts>(cfg, true),
+                   s.ctx());  // deterministic by default
     FAIL() << "a deterministic forward must refuse the folded reduce";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("Context::deterministic = false"));
