@@ -38,10 +38,10 @@ const char* gated_layout_name(GatedLayout layout);
 GatedLayout parse_gated_layout(const std::string& name);
 
 // Column of gate / up element j (0 <= j < N) in a 2N-wide GEMM1 output row.
-inline int64_t gate_column(GatedLayout layout, int64_t j, int64_t N) {
+constexpr int64_t gate_column(GatedLayout layout, int64_t j, int64_t N) {
   return layout == GatedLayout::GateUp ? j : layout == GatedLayout::UpGate ? N + j : 2 * j;
 }
-inline int64_t up_column(GatedLayout layout, int64_t j, int64_t N) {
+constexpr int64_t up_column(GatedLayout layout, int64_t j, int64_t N) {
   return layout == GatedLayout::GateUp ? N + j : layout == GatedLayout::UpGate ? j : 2 * j + 1;
 }
 

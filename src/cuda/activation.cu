@@ -14,13 +14,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 65535;
 
-__device__ __forceinline__ int64_t gate_col(GatedLayout layout, int64_t j, int64_t N) {
-  return layout == GatedLayout::GateUp ? j : layout == GatedLayout::UpGate ? N + j : 2 * j;
-}
-__device__ __forceinline__ int64_t up_col(GatedLayout layout, int64_t j, int64_t N) {
-  return layout == GatedLayout::GateUp ? N + j : layout == GatedLayout::UpGate ? j : 2 * j + 1;
-}
-
 template <typename XT, typename YT>
 __global__ void activation_no_mul_kernel(Activation act, const XT* x, int64_t ldx, YT* y,
                                          int64_t ldy, int64_t rows,
@@ -44,8 +37,8 @@ __global__ void activation_and_mul_kernel(Activation act, GatedLayout layout,
   for (int64_t r = blockIdx.x; r < row_end; r += gridDim.x) {
     const XT* xr = x + r * ldx;
     for (int64_t j = threadIdx.x; j < N; j += blockDim.x) {
-      const float gate = to_float(xr[gate_col(layout, j, N)]);
-      const float up = to_float(xr[up_col(layout, j, N)]);
+      const float gate = to_float(xr[gate_column(layout, j, N)]);
+      const float up = to_float(xr[up_column(layout, j, N)]);
       y[r * ldy + j] = from_float<YT>(gated_function(act, gate, up));
     }
   }

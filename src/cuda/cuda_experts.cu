@@ -20,6 +20,7 @@
 #include "cuda/byte_carver.h"
 #include "cuda/cuda_experts.h"
 #include "cuda/cuda_topk_weight_and_reduce.h"
+#include "cuda/decode_mlp.h"
 #include "cuda/device_guard.h"
 #include "cuda/experts_common.h"
 #include "cuda/grouped_gemm.h"
@@ -245,18 +246,66 @@ BatchedLayout batched_layout(const MoEConfig& c, const MlpPlan& plan, int64_t T,
 
 // ---- CudaExperts -----------------------------------------------------------------------------
 
-CudaExperts::CudaExperts(const MoEConfig& config, bool fuse_gated_activation)
-    : Experts(config), fuse_gated_activation_(fuse_gated_activation) {
+CudaExperts::CudaExperts(const MoEConfig& config, bool fuse_gated_activation, DecodePath decode)
+    : Experts(config),
+      fuse_gated_activation_(fuse_gated_activation),
+      decode_(fuse_gated_activation ? decode : DecodePath::never) {
   check_experts_config("CudaExperts", config);
+  MODMOE_CHECK(decode_ != DecodePath::always || decode_mlp_config_fits(config))
+      << "CudaExperts: DecodePath::always, but the decode path cannot run this config (it needs "
+      << "a gated activation, scheme none or dynamic fp8_block, K and N multiples of 16): "
+      << config.str();
 }
+
+int64_t CudaExperts::max_decode_tokens() const {
+  const MoEConfig& c = config();
+  if (decode_ == DecodePath::never || !decode_mlp_config_fits(c)) return 0;
+  if (decode_ == DecodePath::always) return INT64_MAX;
+  return std::max<int64_t>(1, c.num_local_experts / c.topk);
+}
+
+bool CudaExperts::runs_decode(int64_t M) const { return M <= max_decode_tokens(); }
 
 WorkspaceShapes CudaExperts::workspace_shapes(int64_t M, int64_t, int64_t K, int64_t, int64_t,
                                               int64_t, const ExpertTokensMetadata*) const {
   const MoEConfig& c = config();
   const StandardLayout l =
       standard_layout(c, make_plan(c, fuse_gated_activation_), M, nullptr, nullptr);
-  return byte_workspaces(l.ws13_bytes, l.ws2_bytes, {M, K}, c.in_dtype);
+  // The decode path's h (M * topk, N) fp32 aliases workspace13's start (one path runs).
+  const size_t decode_bytes = decode_mlp_workspace_bytes(c, std::min(M, max_decode_tokens()));
+  return byte_workspaces(std::max(l.ws13_bytes, decode_bytes), l.ws2_bytes, {M, K}, c.in_dtype);
 }
+
+namespace {
+DecodeMlpArgs decode_args(const MoEConfig& c, const ApplyArgs& a, int64_t M, void* h) {
+  DecodeMlpArgs d;
+  d.x = a.hidden_states.data();
+  d.x_scale = a.a1q_scale.defined() ? a.a1q_scale.data_ptr<float>() : nullptr;
+  d.M = M;
+  d.K = c.hidden_size;
+  d.N = c.intermediate_size;
+  d.topk = c.topk;
+  const PermuteArgs p = standard_permute_args(c, a, M);
+  d.topk_ids = p.topk_ids;
+  d.ids_dtype = p.ids_dtype;
+  d.expert_map = p.expert_map;
+  d.num_experts = p.num_experts;
+  d.num_local_experts = p.num_local_experts;
+  d.topk_weights = a.apply_router_weight_on_input ? nullptr : a.topk_weights.data_ptr<float>();
+  const ExpertWeights& w = *a.weights;
+  d.w13 = w.w13.data();
+  d.w2 = w.w2.data();
+  d.w13_scale = w.w13_scale.defined() ? w.w13_scale.data_ptr<float>() : nullptr;
+  d.w2_scale = w.w2_scale.defined() ? w.w2_scale.data_ptr<float>() : nullptr;
+  d.w_dtype = w.w13.dtype();
+  d.activation = c.activation;
+  d.gated_layout = c.gated_layout;
+  d.h = static_cast<float*>(h);
+  d.out = a.output.data();
+  d.out_dtype = a.output.dtype();
+  return d;
+}
+}  // namespace
 
 TopKWeightAndReducePtr CudaExperts::finalize_weight_and_reduce_impl() const {
   return std::make_shared<TopKWeightAndReduceNoOp>();
@@ -271,6 +320,21 @@ void CudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   // The device first: CUB's scratch size (queried while carving) is the current device's.
   DeviceGuard guard(ctx.device.index);
   const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
+
+  if (runs_decode(M)) {
+    check_workspace(kFn, "workspace13", a.workspace13, decode_mlp_workspace_bytes(c, M),
+                    ctx.device);
+    const DecodeMlpArgs d = decode_args(c, a, M, a.workspace13.data());
+    const std::string why = decode_mlp_unsupported(c, d);
+    MODMOE_CHECK(why.empty() || decode_ == DecodePath::automatic)
+        << kFn << ": DecodePath::always, but " << why;
+    if (why.empty()) {
+      TraceRange range(ctx, "decode_mlp");
+      decode_mlp(d, stream);
+      return;
+    }
+  }
+
   const MlpPlan plan = make_plan(c, fuse_gated_activation_);
   const StandardLayout need = standard_layout(c, plan, M, nullptr, nullptr);
   check_workspace(kFn, "workspace13", a.workspace13, need.ws13_bytes, ctx.device);

@@ -12,6 +12,8 @@
 // alignment); apply() never allocates, never synchronizes, and launches only on ctx.stream.
 #pragma once
 
+#include <cstdint>
+
 #include "modmoe/experts.h"
 
 namespace modmoe::cuda {
@@ -21,11 +23,21 @@ namespace modmoe::cuda {
 // order, writing (M, K) in the input dtype itself: finalize_weight_and_reduce_impl is NoOp.
 // Supports expert_map (pairs of other ranks' experts are skipped) and chunking (a dynamic
 // per-tensor intermediate scale is then one per chunk, as on the CPU).
+//
+// Decode-sized applies (at most one pair per local expert on average: M * topk <= E_local) of
+// the configs decode_mlp runs (gated; none or dynamic fp8_block; K, N multiples of 16) take
+// the decode path instead (decode_mlp.h): two kernels, no permute.
 class CudaExperts final : public Experts {
  public:
+  // When the decode path runs: `automatic` as above; `never` and `always` (every M, for
+  // tests and A/B measurements; an error on a config it cannot run).
+  enum class DecodePath : uint8_t { automatic, never, always };
+
   // fuse_gated_activation = false runs the gated activation as its own kernel after a plain
-  // GEMM1 into a 2N-wide fp32 buffer (the unfused path: tests and A/B measurements).
-  explicit CudaExperts(const MoEConfig& config, bool fuse_gated_activation = true);
+  // GEMM1 into a 2N-wide fp32 buffer (the unfused path: tests and A/B measurements); it implies
+  // DecodePath::never.
+  explicit CudaExperts(const MoEConfig& config, bool fuse_gated_activation = true,
+                       DecodePath decode = DecodePath::automatic);
   std::string name() const override { return "CudaExperts"; }
   std::pair<ActivationFormat, ActivationFormat> activation_formats() const override {
     return {ActivationFormat::Standard, ActivationFormat::Standard};
@@ -38,8 +50,15 @@ class CudaExperts final : public Experts {
   TopKWeightAndReducePtr finalize_weight_and_reduce_impl() const override;
   void apply(const Context& ctx, const ApplyArgs& args) override;
 
+  // Whether an apply of M tokens takes the decode path.
+  bool runs_decode(int64_t M) const;
+
  private:
+  // The most tokens an apply may have and still take the decode path.
+  int64_t max_decode_tokens() const;
+
   bool fuse_gated_activation_;
+  DecodePath decode_;
 };
 
 // Batched format: (E_local, max_tokens, K) inputs with expert_num_tokens on the device. The

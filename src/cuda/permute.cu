@@ -10,6 +10,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/float_io.cuh"
+#include "cuda/pair_key.cuh"
 #include "cuda/permute.h"
 #include "modmoe/error.h"
 
@@ -23,19 +24,6 @@ int key_bits(int64_t num_local_experts) {
   int bits = 1;
   while ((int64_t{1} << bits) <= num_local_experts) ++bits;
   return bits;
-}
-
-// The sort key of pair p: its local expert, or E_local when it goes to no local expert (id
-// outside [0, E), or a map entry outside [0, E_local)). Both paths use this one definition.
-template <typename IdT>
-__device__ __forceinline__ int32_t pair_key(const IdT* __restrict__ ids, int64_t p,
-                                            const int32_t* __restrict__ expert_map,
-                                            int64_t num_experts, int32_t num_local_experts) {
-  const int64_t id = static_cast<int64_t>(ids[p]);
-  int64_t local = -1;
-  if (id >= 0 && id < num_experts) local = expert_map ? expert_map[id] : id;
-  return (local >= 0 && local < num_local_experts) ? static_cast<int32_t>(local)
-                                                   : num_local_experts;
 }
 
 // ---- single_block path ------------------------------------------------------------------------

@@ -129,18 +129,20 @@ struct GraphCase {
   const char* experts;
   QuantScheme scheme;
   int64_t chunk_size;  // Context::chunk_size; < M makes forward loop over chunks in the graph
+  int64_t M = 48;      // 3 tokens: CudaExperts' decode path (6 pairs over 8 experts)
 };
 
 // What ctest shows after "GetParam() =" (instead of the struct's bytes).
 void PrintTo(const GraphCase& c, std::ostream* os) {
   *os << c.prepare_finalize << "+" << c.experts << " " << quant_scheme_name(c.scheme)
-      << " chunk=" << c.chunk_size;
+      << " chunk=" << c.chunk_size << " M=" << c.M;
 }
 
 std::string case_name(const ::testing::TestParamInfo<GraphCase>& info) {
   const GraphCase& c = info.param;
   std::string name = std::string(c.experts) + "_" + quant_scheme_name(c.scheme);
   if (c.chunk_size > 0) name += "_chunk" + std::to_string(c.chunk_size);
+  if (c.M != 48) name += "_M" + std::to_string(c.M);
   for (char& ch : name)
     if (ch == '-') ch = '_';
   return name;
@@ -174,7 +176,7 @@ testing::ProblemSpec spec_for(const GraphCase& c, uint64_t seed) {
   cfg.topk = 2;
   cfg.in_dtype = DType::bf16;
   cfg.quant.scheme = c.scheme;
-  spec.M = 48;
+  spec.M = c.M;
   spec.seed = seed;
   if (std::string(c.prepare_finalize) == "BatchedPrepareAndFinalize") cfg.max_num_tokens = spec.M;
   return spec;
@@ -280,6 +282,8 @@ INSTANTIATE_TEST_SUITE_P(
         GraphCase{"NoEPPrepareAndFinalize", "CudaExperts", QuantScheme::fp8_block, 0},
         GraphCase{"NoEPPrepareAndFinalize", "CudaExperts", QuantScheme::fp8_tensor, 0},
         GraphCase{"NoEPPrepareAndFinalize", "CudaExperts", QuantScheme::none, 16},
+        GraphCase{"NoEPPrepareAndFinalize", "CudaExperts", QuantScheme::none, 0, 3},
+        GraphCase{"NoEPPrepareAndFinalize", "CudaExperts", QuantScheme::fp8_block, 0, 3},
         GraphCase{"BatchedPrepareAndFinalize", "BatchedCudaExperts", QuantScheme::none, 0},
         GraphCase{"BatchedPrepareAndFinalize", "BatchedCudaExperts", QuantScheme::fp8_block, 0},
         // The Hopper experts (skipped where the device is not sm_90).

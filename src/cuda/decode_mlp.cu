@@ -1,0 +1,502 @@
+// The decode path's two kernels (see decode_mlp.h).
+//
+// Both are weight-streaming dot products: a warp owns a few weight rows, each lane 16 bytes of
+// each row per step (8 bf16/fp16 or 16 e4m3 values), and the loads of several steps and rows
+// are issued before any of them is used, so each lane keeps ~8 x 16 bytes in flight (what the
+// bandwidth needs: ~30 KB per SM at ~1 us of latency). The vector the rows are multiplied with
+// sits in shared memory as fp32 (gate_up: the token row) or 16-bit values (down: the topk
+// intermediate rows; fp8 values are exact in fp16). fp8 products are summed per lane in fp32 on
+// the e4m3 values themselves (exact products) and scaled once per 16 values, whose group of 128
+// along the row gives the scales.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "cuda/activation_device.cuh"
+#include "cuda/cuda_check.h"
+#include "cuda/decode_mlp.h"
+#include "cuda/float_io.cuh"
+#include "cuda/fp8_codec.cuh"
+#include "cuda/pair_key.cuh"
+#include "modmoe/error.h"
+#include "modmoe/quant.h"
+
+namespace modmoe::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kFeaturesPerWarp = 2;  // gate_up: 2 features = 4 weight rows per warp
+constexpr int kGateUpSteps = 2;      // gate_up: steps of every row loaded together
+constexpr int kRowsPerWarp = 2;      // down: w2 rows per warp
+constexpr int kDownSteps = 4;        // down: (pair, step) units loaded together
+constexpr int kGroup = 128;          // fp8 scale group along a row
+// Shared memory a CTA may ask for: two CTAs per SM on every GPU from sm_80.
+constexpr size_t kMaxSharedBytes = 96 * 1024;
+
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- 16 bytes of weights as fp32 --------------------------------------------------------------
+
+template <typename W>
+struct WeightVector {
+  static constexpr int kValues = 16 / sizeof(W);
+};
+
+__device__ __forceinline__ void unpack(const uint4& raw, float (&f)[8], __nv_bfloat16) {
+  const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __bfloat1622float2(v[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+__device__ __forceinline__ void unpack(const uint4& raw, float (&f)[8], __half) {
+  const __half2* v = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __half22float2(v[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+// e4m3 codes through the hardware pair conversion to fp16 (exact), then fp32.
+__device__ __forceinline__ void unpack(const uint4& raw, float (&f)[16], uint8_t) {
+  const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3);
+    const float2 p = __half22float2(__half2(h));
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
+// sum_i f[i] * v[i] with v read from shared memory at `v`.
+template <int kValues>
+__device__ __forceinline__ float dot_f32(const float (&f)[kValues], const float* v) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kValues; i += 4) {
+    const float4 x = *reinterpret_cast<const float4*>(v + i);
+    s = fmaf(f[i], x.x, s);
+    s = fmaf(f[i + 1], x.y, s);
+    s = fmaf(f[i + 2], x.z, s);
+    s = fmaf(f[i + 3], x.w, s);
+  }
+  return s;
+}
+template <int kValues, typename S>
+__device__ __forceinline__ float dot_16(const float (&f)[kValues], const S* v) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kValues; i += 8) {
+    float x[8];
+    load_floats<S, 8>(v + i, x);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s = fmaf(f[i + j], x[j], s);
+  }
+  return s;
+}
+
+// Programmatic dependent launch (sm_90): gate_up lets down launch as soon as gate_up runs; down
+// prefetches its weight rows into the L2 while gate_up still computes, then waits for gate_up's
+// completion (griddepcontrol.wait: every prerequisite grid finished, its writes visible) before
+// it reads h. Both are no-ops when the launch was not programmatic, and absent before sm_90.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// `bytes` (a multiple of 16, 16-byte aligned) from global memory into the L2, asynchronously.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ int32_t local_expert(const DecodeMlpArgs& a, int64_t pair) {
+  const int32_t E_local = static_cast<int32_t>(a.num_local_experts);
+  return a.ids_dtype == DType::int64
+             ? pair_key(static_cast<const int64_t*>(a.topk_ids), pair, a.expert_map,
+                        a.num_experts, E_local)
+             : pair_key(static_cast<const int32_t*>(a.topk_ids), pair, a.expert_map,
+                        a.num_experts, E_local);
+}
+
+// ---- gate_up ------------------------------------------------------------------------------------
+//
+// grid (ceil(N / (kWarps * kFeaturesPerWarp)), M * topk). Shared: the token row (K fp32) and,
+// for fp8, its group scales (ceil(K / 128) fp32).
+template <typename W>
+__global__ void __launch_bounds__(kThreads) decode_gate_up_kernel(const DecodeMlpArgs a) {
+  constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
+  constexpr int kV = WeightVector<W>::kValues;
+  constexpr int kRows = 2 * kFeaturesPerWarp;
+  extern __shared__ float4 shared_x[];
+  float* x_s = reinterpret_cast<float*>(shared_x);
+  const int64_t K = a.K, N = a.N, pair = blockIdx.y, t = pair / a.topk;
+  allow_dependent_launch();
+  const int32_t e = local_expert(a, pair);
+  if (e >= a.num_local_experts) return;  // not routed here: its h row is never read
+  const int64_t k_groups = ceil_div(K, kGroup);
+  float* x_scale_s = x_s + K;
+
+  // The token row as fp32 (fp8: the e4m3 values; the group scale is applied per 16 values).
+  const W* x_row = static_cast<const W*>(a.x) + t * K;
+  for (int64_t k = int64_t{threadIdx.x} * kV; k < K; k += int64_t{kThreads} * kV) {
+    float f[kV];
+    unpack(*reinterpret_cast<const uint4*>(x_row + k), f, W{});
+#pragma unroll
+    for (int i = 0; i < kV; i += 4)
+      *reinterpret_cast<float4*>(x_s + k + i) = make_float4(f[i], f[i + 1], f[i + 2], f[i + 3]);
+  }
+  if constexpr (kFp8) {
+    for (int64_t g = threadIdx.x; g < k_groups; g += kThreads)
+      x_scale_s[g] = a.x_scale[t * k_groups + g];
+  }
+  __syncthreads();
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t n0 = (int64_t{blockIdx.x} * kWarps + warp) * kFeaturesPerWarp;
+  if (n0 >= N) return;
+  const int64_t rows_per_expert = 2 * N;
+  const W* w = static_cast<const W*>(a.w13) + e * rows_per_expert * K;
+  // Rows 2f and 2f + 1: the gate and up rows of feature n0 + f (rows past N: repeat feature n0,
+  // computed and dropped, so no load needs a bounds test).
+  const W* row[kRows];
+  int64_t row_index[kRows];
+#pragma unroll
+  for (int f = 0; f < kFeaturesPerWarp; ++f) {
+    const int64_t n = n0 + f < N ? n0 + f : n0;
+    row_index[2 * f] = gate_column(a.gated_layout, n, N);
+    row_index[2 * f + 1] = up_column(a.gated_layout, n, N);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) row[r] = w + row_index[r] * K;
+  const float* w_scale = nullptr;
+  if constexpr (kFp8) w_scale = a.w13_scale + int64_t{e} * ceil_div(rows_per_expert, kGroup) * k_groups;
+
+  float acc[kRows] = {};
+  for (int64_t k0 = int64_t{lane} * kV; k0 < K; k0 += int64_t{32} * kV * kGateUpSteps) {
+    uint4 raw[kGateUpSteps][kRows];
+#pragma unroll
+    for (int s = 0; s < kGateUpSteps; ++s) {
+      const int64_t k = k0 + int64_t{s} * 32 * kV;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        raw[s][r] = k < K ? __ldg(reinterpret_cast<const uint4*>(row[r] + k)) : uint4{};
+    }
+#pragma unroll
+    for (int s = 0; s < kGateUpSteps; ++s) {
+      const int64_t k = k0 + int64_t{s} * 32 * kV;
+      if (k >= K) break;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float f[kV];
+        unpack(raw[s][r], f, W{});
+        float p = dot_f32(f, x_s + k);
+        if constexpr (kFp8) {
+          const int64_t g = k / kGroup;
+          p *= x_scale_s[g] * __ldg(w_scale + (row_index[r] / kGroup) * k_groups + g);
+        }
+        acc[r] += p;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = warp_sum(acc[r]);
+  if (lane < kFeaturesPerWarp && n0 + lane < N) {
+    // Lane f writes feature f (registers indexed by a compile-time f: no local memory).
+#pragma unroll
+    for (int f = 0; f < kFeaturesPerWarp; ++f) {
+      if (f == lane)
+        a.h[pair * N + n0 + f] = gated_function(a.activation, acc[2 * f], acc[2 * f + 1]);
+    }
+  }
+}
+
+// ---- down + top-k weight + reduce -------------------------------------------------------------
+//
+// grid (ceil(K / (kWarps * kRowsPerWarp)), M). Shared, per pair j of the token: its 16-bit
+// operand row a2_s[j] (N values), its per-group factor fold_s[j][g] (the router weight, times
+// the group's fp8 scale when quantized) and its local expert.
+struct DownShared {
+  size_t fold_offset, expert_offset, bytes;
+};
+__host__ __device__ inline DownShared down_shared(int64_t topk, int64_t N) {
+  DownShared s;
+  const int64_t groups = (N + kGroup - 1) / kGroup;
+  s.fold_offset = static_cast<size_t>((topk * N * 2 + 15) / 16 * 16);
+  s.expert_offset = s.fold_offset + static_cast<size_t>(topk * groups * 4);
+  s.bytes = s.expert_offset + static_cast<size_t>(topk * 4);
+  return s;
+}
+
+template <typename W>
+using OperandOf = std::conditional_t<std::is_same_v<W, uint8_t>, __half, W>;
+
+template <typename W, typename Out>
+__global__ void __launch_bounds__(kThreads) decode_down_kernel(const DecodeMlpArgs a) {
+  constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
+  constexpr int kV = WeightVector<W>::kValues;
+  using S = OperandOf<W>;
+  extern __shared__ float4 shared_raw[];
+  char* base = reinterpret_cast<char*>(shared_raw);
+  const int64_t K = a.K, N = a.N, topk = a.topk, t = blockIdx.y;
+  const int64_t n_groups = ceil_div(N, kGroup);
+  const DownShared layout = down_shared(topk, N);
+  S* a2_s = reinterpret_cast<S*>(base);
+  float* fold_s = reinterpret_cast<float*>(base + layout.fold_offset);
+  int32_t* expert_s = reinterpret_cast<int32_t*>(base + layout.expert_offset);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+
+  // The routing was written before gate_up was launched (which launched this grid): it may
+  // be read before the wait; h may not.
+  for (int64_t j = threadIdx.x; j < topk; j += kThreads)
+    expert_s[j] = local_expert(a, t * topk + j);
+  __syncthreads();
+  const int64_t k_first = (int64_t{blockIdx.x} * kWarps + warp) * kRowsPerWarp;
+  if (a.prefetch_weights && k_first < K) {
+    // This warp's w2 rows of every pair, one bulk prefetch per row (lane = (pair, row)).
+    for (int64_t i = lane; i < topk * kRowsPerWarp; i += 32) {
+      const int64_t j = i / kRowsPerWarp, k = k_first + i % kRowsPerWarp;
+      if (k < K && expert_s[j] < a.num_local_experts)
+        prefetch_l2(static_cast<const W*>(a.w2) + (int64_t{expert_s[j]} * K + k) * N,
+                    static_cast<uint32_t>(N * sizeof(W)));
+    }
+  }
+  wait_for_prerequisite_grids();
+
+  // GEMM2's operand rows, as the grouped path would see them.
+  if constexpr (kFp8) {
+    // One warp per (pair, group of 128): amax, scale and e4m3 codes exactly as quantize_rows
+    // computes them (NaN included: the bit-pattern max makes a NaN group's scale NaN).
+    for (int64_t u = warp; u < topk * n_groups; u += kWarps) {
+      const int64_t j = u / n_groups, g = u % n_groups, n = g * kGroup + lane * 4;
+      if (expert_s[j] >= a.num_local_experts) continue;
+      const bool in_row = n < N;  // N % 16 == 0: a lane's 4 values are all in or all out
+      float4 v = in_row ? *reinterpret_cast<const float4*>(a.h + (t * topk + j) * N + n)
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+      uint32_t amax = max(max(abs_bits(v.x), abs_bits(v.y)), max(abs_bits(v.z), abs_bits(v.w)));
+      amax = __reduce_max_sync(0xffffffffu, amax);
+      const float scale = fp8_scale_for_amax(__uint_as_float(amax));
+      if (in_row) {
+        const uint32_t lo = e4m3_pair(v.x, v.y, scale), hi = e4m3_pair(v.z, v.w, scale);
+        __half* dst = reinterpret_cast<__half*>(a2_s) + j * N + n;
+        dst[0] = __float2half_rn(e4m3_value(lo & 0xffu));
+        dst[1] = __float2half_rn(e4m3_value(lo >> 8));
+        dst[2] = __float2half_rn(e4m3_value(hi & 0xffu));
+        dst[3] = __float2half_rn(e4m3_value(hi >> 8));
+      }
+      if (lane == 0) {
+        const float w = a.topk_weights ? a.topk_weights[t * topk + j] : 1.0f;
+        fold_s[j * n_groups + g] = w * scale;
+      }
+    }
+  } else {
+    for (int64_t i = int64_t{threadIdx.x} * 4; i < topk * N; i += int64_t{kThreads} * 4) {
+      const int64_t j = i / N;
+      if (expert_s[j] >= a.num_local_experts) continue;
+      const float4 v = *reinterpret_cast<const float4*>(a.h + t * topk * N + i);
+      a2_s[i] = from_float<S>(v.x);
+      a2_s[i + 1] = from_float<S>(v.y);
+      a2_s[i + 2] = from_float<S>(v.z);
+      a2_s[i + 3] = from_float<S>(v.w);
+    }
+    for (int64_t j = threadIdx.x; j < topk; j += kThreads)
+      fold_s[j] = a.topk_weights ? a.topk_weights[t * topk + j] : 1.0f;
+  }
+  __syncthreads();
+
+  if (k_first >= K) return;
+  int64_t k_row[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) k_row[r] = k_first + r < K ? k_first + r : k_first;
+  const int steps = static_cast<int>(ceil_div(N, int64_t{32} * kV));  // per pair
+  const int units = static_cast<int>(topk) * steps;
+  const W* w2 = static_cast<const W*>(a.w2);
+  const int64_t w2_scale_rows = ceil_div(K, kGroup);
+
+  // Units (pair j, step s) in order j-major; kDownSteps units of loads in flight.
+  float acc[kRowsPerWarp] = {};
+  for (int u0 = 0; u0 < units; u0 += kDownSteps) {
+    uint4 raw[kDownSteps][kRowsPerWarp];
+    int unit_j[kDownSteps];
+    int64_t unit_n[kDownSteps];
+#pragma unroll
+    for (int i = 0; i < kDownSteps; ++i) {
+      const int u = u0 + i, j = u / steps;
+      unit_j[i] = j;
+      unit_n[i] = int64_t{u % steps} * 32 * kV + int64_t{lane} * kV;
+      const bool live = u < units && unit_n[i] < N && expert_s[j] < a.num_local_experts;
+      if (!live) unit_j[i] = -1;
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        raw[i][r] = live ? __ldg(reinterpret_cast<const uint4*>(
+                               w2 + (int64_t{expert_s[j]} * K + k_row[r]) * N + unit_n[i]))
+                         : uint4{};
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kDownSteps; ++i) {
+      const int j = unit_j[i];
+      if (j < 0) continue;
+      const int64_t n = unit_n[i];
+      const int64_t g = kFp8 ? n / kGroup : 0;
+      const float fold = fold_s[j * (kFp8 ? n_groups : 1) + g];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        float f[kV];
+        unpack(raw[i][r], f, W{});
+        float p = dot_16(f, a2_s + j * N + n) * fold;
+        if constexpr (kFp8) {
+          p *= __ldg(a.w2_scale + (int64_t{expert_s[j]} * w2_scale_rows + k_row[r] / kGroup) *
+                                      n_groups +
+                     g);
+        }
+        acc[r] += p;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) acc[r] = warp_sum(acc[r]);
+  Out* out = static_cast<Out*>(a.out) + t * K;
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    if (lane == r && k_first + r < K) out[k_first + r] = from_float<Out>(acc[r]);
+  }
+}
+
+// ---- host side ----------------------------------------------------------------------------------
+
+size_t gate_up_shared_bytes(int64_t K) { return static_cast<size_t>(K + ceil_div(K, kGroup)) * 4; }
+
+template <typename F>
+void dispatch_weight(DType w, F&& f) {
+  switch (w) {
+    case DType::bf16:
+      return f(TypeTag<__nv_bfloat16>{});
+    case DType::fp16:
+      return f(TypeTag<__half>{});
+    case DType::fp8_e4m3:
+      return f(TypeTag<uint8_t>{});
+    default:
+      MODMOE_FAIL() << "decode_mlp: weights must be bf16, fp16 or fp8_e4m3, got " << dtype_name(w);
+  }
+}
+
+// `programmatic`: launched as a programmatic dependent of the stream's previous kernel (it
+// may start before that kernel ends; see allow_dependent_launch).
+template <typename Kernel>
+void launch(Kernel kernel, dim3 grid, size_t shared, const DecodeMlpArgs& a, bool programmatic,
+            cudaStream_t stream) {
+  if (shared > 48 * 1024) {
+    MODMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(shared)));
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = programmatic ? 1 : 0;
+  MODMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
+}
+
+// Programmatic launches need sm_90; MODMOE_PDL=0 turns them off (to measure what they bring,
+// or where a tool mishandles them).
+bool programmatic_launch_available() {
+  static const bool env_allows = [] {
+    const char* v = std::getenv("MODMOE_PDL");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  int device = 0, major = 0;
+  return env_allows && cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+             cudaSuccess &&
+         major >= 9;
+}
+
+}  // namespace
+
+bool decode_mlp_config_fits(const MoEConfig& c) {
+  const int64_t K = c.hidden_size, N = c.intermediate_size;
+  const QuantScheme q = c.quant.scheme;
+  return is_gated(c.activation) &&
+         (q == QuantScheme::none || (q == QuantScheme::fp8_block && !c.quant.static_act_scale)) &&
+         K % 16 == 0 && N % 16 == 0 && gate_up_shared_bytes(K) <= kMaxSharedBytes &&
+         down_shared(c.topk, N).bytes <= kMaxSharedBytes;
+}
+
+std::string decode_mlp_unsupported(const MoEConfig& c, const DecodeMlpArgs& a) {
+  std::ostringstream why;
+  if (!decode_mlp_config_fits(c)) {
+    why << "the config is not one the decode path runs (gated, none or dynamic fp8_block, K and N "
+           "multiples of 16, shared memory within "
+        << kMaxSharedBytes << " bytes): " << c.str();
+  } else if (!is_aligned(a.x, 16) || !is_aligned(a.w13, 16) || !is_aligned(a.w2, 16) ||
+             !is_aligned(a.h, 16)) {
+    why << "x, w13, w2 and h must be 16-byte aligned";
+  }
+  return why.str();
+}
+
+size_t decode_mlp_workspace_bytes(const MoEConfig& c, int64_t M) {
+  return static_cast<size_t>(M * c.topk * c.intermediate_size) * sizeof(float);
+}
+
+void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
+  if (a.M == 0) return;
+  const dim3 gate_up_grid(static_cast<unsigned>(ceil_div(a.N, kWarps * kFeaturesPerWarp)),
+                          static_cast<unsigned>(a.M * a.topk));
+  const dim3 down_grid(static_cast<unsigned>(ceil_div(a.K, kWarps * kRowsPerWarp)),
+                       static_cast<unsigned>(a.M));
+  MODMOE_CHECK(a.M * a.topk <= 65535)
+      << "decode_mlp: M * topk must be <= 65535 (grid.y), got " << a.M * a.topk;
+  DecodeMlpArgs args = a;
+  const bool programmatic = programmatic_launch_available();
+  args.prefetch_weights = programmatic;
+  dispatch_weight(a.w_dtype, [&](auto w_tag) {
+    using W = typename decltype(w_tag)::type;
+    launch(decode_gate_up_kernel<W>, gate_up_grid, gate_up_shared_bytes(a.K), args, false,
+           stream);
+    // Unquantized, the output dtype is the weights' (in_dtype); fp8 writes any of the three.
+    if constexpr (std::is_same_v<W, uint8_t>) {
+      dispatch_float_io(a.out_dtype, "decode_mlp", [&](auto out_tag) {
+        using Out = typename decltype(out_tag)::type;
+        launch(decode_down_kernel<W, Out>, down_grid, down_shared(a.topk, a.N).bytes, args,
+               programmatic, stream);
+      });
+    } else {
+      MODMOE_CHECK(a.out_dtype == a.w_dtype)
+          << "decode_mlp: unquantized, out_dtype must be the weights' dtype "
+          << dtype_name(a.w_dtype) << ", got " << dtype_name(a.out_dtype);
+      launch(decode_down_kernel<W, W>, down_grid, down_shared(a.topk, a.N).bytes, args,
+             programmatic, stream);
+    }
+  });
+}
+
+}  // namespace modmoe::cuda

@@ -1,0 +1,82 @@
+// The decode path of CudaExperts: the whole expert MLP of a few tokens in two kernels, without a
+// permute, reading every pair's expert straight from topk_ids.
+//
+// At decode sizes (about one pair per expert or fewer) the grouped pipeline is a chain of ~6
+// small kernels (permute, GEMM1, [quantize], GEMM2, reduce) whose launch gaps, not the weight
+// bytes, set the time: 3-7x the floor at M = 1 on the H200 (docs/perf.md). Here
+//
+//   gate_up:  grid (feature slices, pairs). A CTA copies its pair's token row into shared
+//             memory, and each warp streams the gate and up rows of two features of the pair's
+//             expert (16-byte loads, all of a step in flight), reduces the dot products across
+//             the warp and writes h[pair, n] = act(gate) * up in fp32.
+//   down:     grid (output-row slices, tokens). A CTA takes its token's topk pairs: their h
+//             rows go to shared memory, rounded to the input dtype or, for fp8, quantized with
+//             group-128 scales exactly as quantize_rows would (the scales folded with the
+//             router weight); each warp then streams two w2 rows of every pair's expert and
+//             writes out[t, k] = sum over pairs of w * (w2[e] row k . a2), in the output dtype.
+//
+// On sm_90 down is a programmatic dependent launch of gate_up: it starts while gate_up runs,
+// prefetches its w2 rows into the L2 and waits for gate_up to finish before reading h (hiding
+// the launch gap and gate_up's tail; MODMOE_PDL=0 turns it off). gate_up itself is launched
+// normally: it reads the routing, which the kernels before it write.
+//
+// Each weight row a CTA needs is read once per pair: a pair's expert is read again by every
+// other pair routed to it, which at <= 1 pair per expert mostly hits the L2 (those CTAs run
+// side by side). Everything is deterministic (fixed summation order, no atomics), stream
+// ordered and graph capturable; the schemes are none and fp8_block (dynamic), the activation
+// gated, any GatedLayout, expert_map and apply_router_weight_on_input supported.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "modmoe/activation.h"
+#include "modmoe/dtype.h"
+#include "modmoe/moe_types.h"
+
+namespace modmoe::cuda {
+
+struct DecodeMlpArgs {
+  // Tokens: x (M, K) in the weights' dtype (bf16/fp16), or e4m3 codes with x_scale
+  // (M, ceil(K / 128)) fp32 when fp8.
+  const void* x = nullptr;
+  const float* x_scale = nullptr;
+  int64_t M = 0, K = 0, N = 0, topk = 0;
+  // Routing: pair p = t * topk + j goes to local expert expert_map[topk_ids[p]] (or the id);
+  // pairs of no local expert are skipped. topk_weights null: every weight is 1.
+  const void* topk_ids = nullptr;
+  DType ids_dtype = DType::int32;
+  const float* topk_weights = nullptr;
+  const int32_t* expert_map = nullptr;
+  int64_t num_experts = 0, num_local_experts = 0;
+  // Weights: w13 (E_local, 2N, K) and w2 (E_local, K, N) in w_dtype (bf16, fp16 or fp8_e4m3
+  // with 128x128 block scales (E_local, ceil(rows / 128), ceil(cols / 128)) fp32).
+  const void* w13 = nullptr;
+  const void* w2 = nullptr;
+  const float* w13_scale = nullptr;
+  const float* w2_scale = nullptr;
+  DType w_dtype = DType::bf16;
+  Activation activation = Activation::silu;  // gated
+  GatedLayout gated_layout = GatedLayout::GateUp;
+  float* h = nullptr;  // workspace (M * topk, N) fp32
+  void* out = nullptr;  // (M, K) in out_dtype (bf16, fp16, fp32)
+  DType out_dtype = DType::bf16;
+  // Set by decode_mlp: down was launched programmatically and prefetches its rows first.
+  bool prefetch_weights = false;
+};
+
+// Why the decode path cannot run this config with these pointers ("" when it can). Host-side
+// only: the shapes, dtypes, scheme and pointer alignments.
+std::string decode_mlp_unsupported(const MoEConfig& c, const DecodeMlpArgs& a);
+
+// The same test on the config alone (pointers assumed 16-byte aligned): whether a workspace
+// must make room for decode_mlp_workspace_bytes.
+bool decode_mlp_config_fits(const MoEConfig& c);
+
+// Bytes of the h workspace for M tokens.
+size_t decode_mlp_workspace_bytes(const MoEConfig& c, int64_t M);
+
+void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream);
+
+}  // namespace modmoe::cuda

@@ -1,0 +1,172 @@
+// The decode path of CudaExperts (src/cuda/decode_mlp.h): results against the float64 oracle
+// over the dtypes, schemes, activations, layouts, partial fp8 groups, expert_map, int64 ids,
+// router weights on the input, many pairs per expert and a large shared-memory operand; and
+// (host-only, runs in CI) which applies take it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "cuda/cuda_experts.h"
+#include "cuda/cuda_session.h"
+#include "cuda/gpu_forward.h"
+#include "cuda/gpu_test.h"
+#include "modmoe/modmoe.h"
+#include "oracle/oracle.h"
+#include "oracle/problem.h"
+
+namespace modmoe {
+namespace {
+
+using cuda::CudaExperts;
+using DecodePath = CudaExperts::DecodePath;
+using testing::CudaSession;
+
+struct DecodeCase {
+  const char* name;
+  DType dtype;
+  QuantScheme scheme;
+  Activation activation;
+  GatedLayout layout;
+  int64_t M, topk, E, E_local, K, N;
+  bool int64_ids = false;
+  bool router_weight_on_input = false;
+};
+
+void PrintTo(const DecodeCase& c, std::ostream* os) { *os << c.name; }
+
+testing::ProblemSpec spec_for(const DecodeCase& c) {
+  testing::ProblemSpec spec;
+  MoEConfig& cfg = spec.config;
+  cfg.num_experts = c.E;
+  cfg.num_local_experts = c.E_local;
+  cfg.hidden_size = c.K;
+  cfg.intermediate_size = c.N;
+  cfg.topk = c.topk;
+  cfg.in_dtype = c.dtype;
+  cfg.quant.scheme = c.scheme;
+  cfg.activation = c.activation;
+  cfg.gated_layout = c.layout;
+  spec.M = c.M;
+  spec.seed = 4400 + static_cast<uint64_t>(c.M * 31 + c.K + c.N);
+  spec.int64_ids = c.int64_ids;
+  spec.use_expert_map = c.E_local < c.E;
+  spec.apply_router_weight_on_input = c.router_weight_on_input;
+  return spec;
+}
+
+class DecodeMlp : public ::testing::TestWithParam<DecodeCase> {};
+
+// DecodePath::always, so an M above the automatic threshold (several pairs per expert) runs
+// the decode kernels too.
+TEST_P(DecodeMlp, MatchesTheOracle) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession s;
+  const DecodeCase& c = GetParam();
+  const testing::Problem p = testing::make_problem(spec_for(c));
+  auto experts = std::make_shared<CudaExperts>(p.spec.config, true, DecodePath::always);
+  ASSERT_TRUE(experts->runs_decode(c.M));
+  const OwnedTensor out = testing::forward_on_gpu(s, p, experts, s.ctx());
+  const oracle::ErrorReport err =
+      oracle::compare(out, oracle::moe_forward(p.oracle_inputs()), p.topk_ids, p.expert_map);
+  const double tol = c.scheme == QuantScheme::none ? 1e-2 : 3e-2;
+  EXPECT_TRUE(err.passed(tol)) << p.spec.str() << ": " << err.str();
+}
+
+constexpr DType bf16 = DType::bf16, fp16 = DType::fp16, fp32 = DType::fp32;
+constexpr QuantScheme none = QuantScheme::none, fp8 = QuantScheme::fp8_block;
+constexpr Activation silu = Activation::silu, gelu = Activation::gelu,
+                     swiglu = Activation::swigluoai;
+constexpr GatedLayout gate_up = GatedLayout::GateUp, up_gate = GatedLayout::UpGate,
+                      interleaved = GatedLayout::Interleaved;
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, DecodeMlp,
+    ::testing::Values(
+        // name, dtype, scheme, act, layout, M, topk, E, E_local, K, N
+        DecodeCase{"bf16_M1", bf16, none, silu, gate_up, 1, 4, 16, 16, 256, 256},
+        DecodeCase{"fp16_gelu_UpGate", fp16, none, gelu, up_gate, 3, 4, 16, 16, 256, 128},
+        DecodeCase{"bf16_swiglu_Interleaved", bf16, none, swiglu, interleaved, 2, 8, 32, 32, 384,
+                   96},
+        DecodeCase{"fp8_M1", bf16, fp8, silu, gate_up, 1, 4, 16, 16, 256, 256},
+        // K = 320, N = 192: a partial last scale group along both GEMMs' K.
+        DecodeCase{"fp8_partial_groups_Interleaved", bf16, fp8, swiglu, interleaved, 5, 4, 16, 16,
+                   320, 192},
+        DecodeCase{"fp8_UpGate_fp32_out", fp32, fp8, silu, up_gate, 2, 2, 8, 8, 256, 128},
+        DecodeCase{"bf16_expert_map", bf16, none, silu, gate_up, 6, 4, 16, 8, 256, 128},
+        DecodeCase{"fp8_expert_map_int64_ids", bf16, fp8, gelu, gate_up, 4, 4, 16, 6, 256, 256,
+                   true},
+        DecodeCase{"bf16_router_weight_on_input", bf16, none, silu, gate_up, 6, 1, 8, 8, 256, 128,
+                   false, true},
+        // 40 tokens x 4 over 8 experts: ~20 pairs per expert, the same weights read by many CTAs.
+        DecodeCase{"bf16_many_pairs_per_expert", bf16, none, silu, gate_up, 40, 4, 8, 8, 256,
+                   128},
+        DecodeCase{"fp8_many_pairs_per_expert", bf16, fp8, silu, interleaved, 40, 4, 8, 8, 256,
+                   256},
+        // topk * N * 2 bytes = 64 KiB of shared operand: above the 48 KiB default (opt-in).
+        DecodeCase{"bf16_large_shared", bf16, none, silu, gate_up, 1, 4, 4, 4, 128, 8192},
+        DecodeCase{"fp8_large_shared", bf16, fp8, silu, gate_up, 1, 4, 4, 4, 128, 8192}),
+    [](const ::testing::TestParamInfo<DecodeCase>& info) { return std::string(info.param.name); });
+
+// ---- which applies take the decode path (host only but the last: run without a GPU) ----------
+
+MoEConfig qwen3_like(QuantScheme scheme) {
+  MoEConfig c;
+  c.num_experts = c.num_local_experts = 128;
+  c.topk = 8;
+  c.hidden_size = 2048;
+  c.intermediate_size = 768;
+  c.in_dtype = DType::bf16;
+  c.quant.scheme = scheme;
+  return c;
+}
+
+TEST(DecodeRoute, AtMostOnePairPerLocalExpert) {
+  const CudaExperts bf16_experts(qwen3_like(none)), fp8_experts(qwen3_like(fp8));
+  // 128 experts / topk 8: up to 16 tokens.
+  EXPECT_TRUE(bf16_experts.runs_decode(1));
+  EXPECT_TRUE(bf16_experts.runs_decode(16));
+  EXPECT_FALSE(bf16_experts.runs_decode(17));
+  EXPECT_TRUE(fp8_experts.runs_decode(16));
+  EXPECT_FALSE(fp8_experts.runs_decode(17));
+  // Fewer experts than topk still decode one token.
+  MoEConfig few = qwen3_like(none);
+  few.num_experts = few.num_local_experts = 4;
+  EXPECT_TRUE(CudaExperts(few).runs_decode(1));
+  EXPECT_FALSE(CudaExperts(few).runs_decode(2));
+}
+
+TEST(DecodeRoute, OnlyForTheConfigsItRuns) {
+  MoEConfig mx = qwen3_like(QuantScheme::mxfp8), no_mul = qwen3_like(none),
+            odd = qwen3_like(none), token = qwen3_like(QuantScheme::fp8_token);
+  no_mul.activation = Activation::silu_no_mul;
+  odd.intermediate_size = 200;  // not a multiple of 16
+  for (const MoEConfig& c : {mx, no_mul, odd, token}) {
+    EXPECT_FALSE(CudaExperts(c).runs_decode(1)) << c.str();
+    const std::string err = testing::error_of([&] { CudaExperts(c, true, DecodePath::always); });
+    EXPECT_THAT(err, ::testing::HasSubstr("DecodePath::always")) << c.str();
+  }
+  // The unfused path and DecodePath::never keep the grouped pipeline.
+  EXPECT_FALSE(CudaExperts(qwen3_like(none), false).runs_decode(1));
+  EXPECT_FALSE(CudaExperts(qwen3_like(none), true, DecodePath::never).runs_decode(1));
+  EXPECT_TRUE(CudaExperts(qwen3_like(none), true, DecodePath::always).runs_decode(4096));
+}
+
+TEST(DecodeRoute, WorkspaceHoldsTheIntermediate) {
+  MODMOE_REQUIRE_GPU();  // workspace_shapes asks CUB for its scratch size on the device
+  // bf16 with N >> K: the grouped path's workspace13 holds y (M * topk, K) fp32, smaller than
+  // the decode path's h (M * topk, N) fp32, which workspace_shapes must therefore count.
+  MoEConfig c = qwen3_like(none);
+  c.hidden_size = 256;
+  c.intermediate_size = 8192;
+  const CudaExperts experts(c);
+  const WorkspaceShapes w = experts.workspace_shapes(1, c.intermediate_size, c.hidden_size,
+                                                     c.topk, c.num_experts, c.num_local_experts,
+                                                     nullptr);
+  EXPECT_GE(shape_numel(w.workspace13), c.topk * c.intermediate_size * 4);
+}
+
+}  // namespace
+}  // namespace modmoe
