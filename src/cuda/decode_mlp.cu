@@ -105,10 +105,10 @@ __device__ __forceinline__ float dot_16(const float (&f)[kValues], const S* v) {
   return s;
 }
 
-// Programmatic dependent launch (sm_90): gate_up lets down launch as soon as gate_up runs; down
-// prefetches its weight rows into the L2 while gate_up still computes, then waits for gate_up's
-// completion (griddepcontrol.wait: every prerequisite grid finished, its writes visible) before
-// it reads h. Both are no-ops when the launch was not programmatic, and absent before sm_90.
+// Programmatic dependent launch (sm_90): gate_up lets down launch once all its CTAs are done
+// with their work; down requests its first weights, then waits for gate_up's completion
+// (griddepcontrol.wait: every prerequisite grid finished, its writes visible) before it reads
+// h. Both are no-ops when the launch was not programmatic, and absent before sm_90.
 __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -119,13 +119,6 @@ __device__ __forceinline__ void wait_for_prerequisite_grids() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-// `bytes` (a multiple of 16, 16-byte aligned) from global memory into the L2, asynchronously.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -143,21 +136,53 @@ __device__ __forceinline__ int32_t local_expert(const DecodeMlpArgs& a, int64_t 
 
 // ---- gate_up ------------------------------------------------------------------------------------
 //
-// grid (ceil(N / (kWarps * kFeaturesPerWarp)), M * topk). Shared: the token row (K fp32) and,
+// grid (M * topk, ceil(N / (kWarps * kFeaturesPerWarp))). Shared: the token row (K fp32) and,
 // for fp8, its group scales (ceil(K / 128) fp32).
 template <typename W>
 __global__ void __launch_bounds__(kThreads) decode_gate_up_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
   constexpr int kV = WeightVector<W>::kValues;
   constexpr int kRows = 2 * kFeaturesPerWarp;
+  constexpr int64_t kBatch = int64_t{32} * kV * kGateUpSteps;  // row elements per batch
   extern __shared__ float4 shared_x[];
   float* x_s = reinterpret_cast<float*>(shared_x);
-  const int64_t K = a.K, N = a.N, pair = blockIdx.y, t = pair / a.topk;
-  allow_dependent_launch();
+  const int64_t K = a.K, N = a.N, pair = blockIdx.x, t = pair / a.topk;
   const int32_t e = local_expert(a, pair);
   if (e >= a.num_local_experts) return;  // not routed here: its h row is never read
   const int64_t k_groups = ceil_div(K, kGroup);
   float* x_scale_s = x_s + K;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t n0 = (int64_t{blockIdx.y} * kWarps + warp) * kFeaturesPerWarp;
+  const bool warp_has_rows = n0 < N;
+
+  // Rows 2f and 2f + 1: the gate and up rows of feature n0 + f (features past N repeat the
+  // last one, computed and dropped).
+  const int64_t rows_per_expert = 2 * N;
+  const W* w = static_cast<const W*>(a.w13) + e * rows_per_expert * K;
+  const W* row[kRows];
+  int64_t row_index[kRows];
+#pragma unroll
+  for (int f = 0; f < kFeaturesPerWarp; ++f) {
+    const int64_t n = min(n0 + f, N - 1);
+    row_index[2 * f] = gate_column(a.gated_layout, n, N);
+    row_index[2 * f + 1] = up_column(a.gated_layout, n, N);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) row[r] = w + row_index[r] * K;
+  // kGateUpSteps steps of every row from element k0 (this lane's) on; zeros past K.
+  auto load_batch = [&](int64_t k0, uint4 (&raw)[kGateUpSteps][kRows]) {
+#pragma unroll
+    for (int s = 0; s < kGateUpSteps; ++s) {
+      const int64_t k = k0 + int64_t{s} * 32 * kV;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        raw[s][r] = warp_has_rows && k < K ? __ldg(reinterpret_cast<const uint4*>(row[r] + k))
+                                           : uint4{};
+    }
+  };
+  // The first weights are requested before the token row is staged: the round trips overlap.
+  uint4 raw[kGateUpSteps][kRows];
+  load_batch(int64_t{lane} * kV, raw);
 
   // The token row as fp32 (fp8: the e4m3 values; the group scale is applied per 16 values).
   const W* x_row = static_cast<const W*>(a.x) + t * K;
@@ -173,37 +198,16 @@ __global__ void __launch_bounds__(kThreads) decode_gate_up_kernel(const DecodeMl
       x_scale_s[g] = a.x_scale[t * k_groups + g];
   }
   __syncthreads();
-
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t n0 = (int64_t{blockIdx.x} * kWarps + warp) * kFeaturesPerWarp;
-  if (n0 >= N) return;
-  const int64_t rows_per_expert = 2 * N;
-  const W* w = static_cast<const W*>(a.w13) + e * rows_per_expert * K;
-  // Rows 2f and 2f + 1: the gate and up rows of feature n0 + f (rows past N: repeat feature n0,
-  // computed and dropped, so no load needs a bounds test).
-  const W* row[kRows];
-  int64_t row_index[kRows];
-#pragma unroll
-  for (int f = 0; f < kFeaturesPerWarp; ++f) {
-    const int64_t n = n0 + f < N ? n0 + f : n0;
-    row_index[2 * f] = gate_column(a.gated_layout, n, N);
-    row_index[2 * f + 1] = up_column(a.gated_layout, n, N);
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) row[r] = w + row_index[r] * K;
+  if (!warp_has_rows) return;
   const float* w_scale = nullptr;
-  if constexpr (kFp8) w_scale = a.w13_scale + int64_t{e} * ceil_div(rows_per_expert, kGroup) * k_groups;
+  if constexpr (kFp8)
+    w_scale = a.w13_scale + int64_t{e} * ceil_div(rows_per_expert, kGroup) * k_groups;
 
+  // Software pipelined: the next batch is in flight while this one is multiplied.
   float acc[kRows] = {};
-  for (int64_t k0 = int64_t{lane} * kV; k0 < K; k0 += int64_t{32} * kV * kGateUpSteps) {
-    uint4 raw[kGateUpSteps][kRows];
-#pragma unroll
-    for (int s = 0; s < kGateUpSteps; ++s) {
-      const int64_t k = k0 + int64_t{s} * 32 * kV;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        raw[s][r] = k < K ? __ldg(reinterpret_cast<const uint4*>(row[r] + k)) : uint4{};
-    }
+  for (int64_t k0 = int64_t{lane} * kV; k0 < K; k0 += kBatch) {
+    uint4 next[kGateUpSteps][kRows];
+    load_batch(k0 + kBatch, next);
 #pragma unroll
     for (int s = 0; s < kGateUpSteps; ++s) {
       const int64_t k = k0 + int64_t{s} * 32 * kV;
@@ -220,6 +224,10 @@ __global__ void __launch_bounds__(kThreads) decode_gate_up_kernel(const DecodeMl
         acc[r] += p;
       }
     }
+#pragma unroll
+    for (int s = 0; s < kGateUpSteps; ++s)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) raw[s][r] = next[s][r];
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = warp_sum(acc[r]);
@@ -231,11 +239,13 @@ __global__ void __launch_bounds__(kThreads) decode_gate_up_kernel(const DecodeMl
         a.h[pair * N + n0 + f] = gated_function(a.activation, acc[2 * f], acc[2 * f + 1]);
     }
   }
+  // down may launch once every CTA got here (or exited): it overlaps this grid's tail.
+  allow_dependent_launch();
 }
 
 // ---- down + top-k weight + reduce -------------------------------------------------------------
 //
-// grid (ceil(K / (kWarps * kRowsPerWarp)), M). Shared, per pair j of the token: its 16-bit
+// grid (M, ceil(K / (kWarps * kRowsPerWarp))). Shared, per pair j of the token: its 16-bit
 // operand row a2_s[j] (N values), its per-group factor fold_s[j][g] (the router weight, times
 // the group's fp8 scale when quantized) and its local expert.
 struct DownShared {
@@ -253,6 +263,15 @@ __host__ __device__ inline DownShared down_shared(int64_t topk, int64_t N) {
 template <typename W>
 using OperandOf = std::conditional_t<std::is_same_v<W, uint8_t>, __half, W>;
 
+// Units (pair j, step s), j-major, kDownSteps of them for every row of a warp: unit_j = -1 when
+// there is nothing to do (past the end, past N, or a pair of no local expert).
+template <typename W>
+struct DownBatch {
+  uint4 raw[kDownSteps][kRowsPerWarp];
+  int unit_j[kDownSteps];
+  int64_t unit_n[kDownSteps];
+};
+
 template <typename W, typename Out>
 __global__ void __launch_bounds__(kThreads) decode_down_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
@@ -260,7 +279,7 @@ __global__ void __launch_bounds__(kThreads) decode_down_kernel(const DecodeMlpAr
   using S = OperandOf<W>;
   extern __shared__ float4 shared_raw[];
   char* base = reinterpret_cast<char*>(shared_raw);
-  const int64_t K = a.K, N = a.N, topk = a.topk, t = blockIdx.y;
+  const int64_t K = a.K, N = a.N, topk = a.topk, t = blockIdx.x;
   const int64_t n_groups = ceil_div(N, kGroup);
   const DownShared layout = down_shared(topk, N);
   S* a2_s = reinterpret_cast<S*>(base);
@@ -268,21 +287,39 @@ __global__ void __launch_bounds__(kThreads) decode_down_kernel(const DecodeMlpAr
   int32_t* expert_s = reinterpret_cast<int32_t*>(base + layout.expert_offset);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
-  // The routing was written before gate_up was launched (which launched this grid): it may
-  // be read before the wait; h may not.
+  // The routing was written before gate_up was launched (which launched this grid): it may be
+  // read before the wait; h may not.
   for (int64_t j = threadIdx.x; j < topk; j += kThreads)
     expert_s[j] = local_expert(a, t * topk + j);
   __syncthreads();
-  const int64_t k_first = (int64_t{blockIdx.x} * kWarps + warp) * kRowsPerWarp;
-  if (a.prefetch_weights && k_first < K) {
-    // This warp's w2 rows of every pair, one bulk prefetch per row (lane = (pair, row)).
-    for (int64_t i = lane; i < topk * kRowsPerWarp; i += 32) {
-      const int64_t j = i / kRowsPerWarp, k = k_first + i % kRowsPerWarp;
-      if (k < K && expert_s[j] < a.num_local_experts)
-        prefetch_l2(static_cast<const W*>(a.w2) + (int64_t{expert_s[j]} * K + k) * N,
-                    static_cast<uint32_t>(N * sizeof(W)));
+
+  const int64_t k_first = (int64_t{blockIdx.y} * kWarps + warp) * kRowsPerWarp;
+  const bool warp_has_rows = k_first < K;
+  int64_t k_row[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) k_row[r] = min(k_first + r, K - 1);
+  const int steps = static_cast<int>(ceil_div(N, int64_t{32} * kV));  // per pair
+  const int units = static_cast<int>(topk) * steps;
+  const W* w2 = static_cast<const W*>(a.w2);
+  auto load_batch = [&](int u0, DownBatch<W>& b) {
+#pragma unroll
+    for (int i = 0; i < kDownSteps; ++i) {
+      const int u = u0 + i, j = u / steps;
+      b.unit_n[i] = int64_t{u % steps} * 32 * kV + int64_t{lane} * kV;
+      const bool live = warp_has_rows && u < units && b.unit_n[i] < N &&
+                        expert_s[j] < a.num_local_experts;
+      b.unit_j[i] = live ? j : -1;
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        b.raw[i][r] = live ? __ldg(reinterpret_cast<const uint4*>(
+                                 w2 + (int64_t{expert_s[j]} * K + k_row[r]) * N + b.unit_n[i]))
+                           : uint4{};
+      }
     }
-  }
+  };
+  // The first weights are requested before waiting for gate_up: they do not depend on it.
+  DownBatch<W> cur;
+  load_batch(0, cur);
   wait_for_prerequisite_grids();
 
   // GEMM2's operand rows, as the grouped path would see them.
@@ -293,8 +330,8 @@ __global__ void __launch_bounds__(kThreads) decode_down_kernel(const DecodeMlpAr
       const int64_t j = u / n_groups, g = u % n_groups, n = g * kGroup + lane * 4;
       if (expert_s[j] >= a.num_local_experts) continue;
       const bool in_row = n < N;  // N % 16 == 0: a lane's 4 values are all in or all out
-      float4 v = in_row ? *reinterpret_cast<const float4*>(a.h + (t * topk + j) * N + n)
-                        : make_float4(0.f, 0.f, 0.f, 0.f);
+      const float4 v = in_row ? *reinterpret_cast<const float4*>(a.h + (t * topk + j) * N + n)
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
       uint32_t amax = max(max(abs_bits(v.x), abs_bits(v.y)), max(abs_bits(v.z), abs_bits(v.w)));
       amax = __reduce_max_sync(0xffffffffu, amax);
       const float scale = fp8_scale_for_amax(__uint_as_float(amax));
@@ -313,8 +350,7 @@ __global__ void __launch_bounds__(kThreads) decode_down_kernel(const DecodeMlpAr
     }
   } else {
     for (int64_t i = int64_t{threadIdx.x} * 4; i < topk * N; i += int64_t{kThreads} * 4) {
-      const int64_t j = i / N;
-      if (expert_s[j] >= a.num_local_experts) continue;
+      if (expert_s[i / N] >= a.num_local_experts) continue;
       const float4 v = *reinterpret_cast<const float4*>(a.h + t * topk * N + i);
       a2_s[i] = from_float<S>(v.x);
       a2_s[i + 1] = from_float<S>(v.y);
@@ -325,47 +361,25 @@ __global__ void __launch_bounds__(kThreads) decode_down_kernel(const DecodeMlpAr
       fold_s[j] = a.topk_weights ? a.topk_weights[t * topk + j] : 1.0f;
   }
   __syncthreads();
+  if (!warp_has_rows) return;
 
-  if (k_first >= K) return;
-  int64_t k_row[kRowsPerWarp];
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) k_row[r] = k_first + r < K ? k_first + r : k_first;
-  const int steps = static_cast<int>(ceil_div(N, int64_t{32} * kV));  // per pair
-  const int units = static_cast<int>(topk) * steps;
-  const W* w2 = static_cast<const W*>(a.w2);
+  // Software pipelined: the next batch is in flight while this one is multiplied.
   const int64_t w2_scale_rows = ceil_div(K, kGroup);
-
-  // Units (pair j, step s) in order j-major; kDownSteps units of loads in flight.
   float acc[kRowsPerWarp] = {};
   for (int u0 = 0; u0 < units; u0 += kDownSteps) {
-    uint4 raw[kDownSteps][kRowsPerWarp];
-    int unit_j[kDownSteps];
-    int64_t unit_n[kDownSteps];
+    DownBatch<W> next;
+    load_batch(u0 + kDownSteps, next);
 #pragma unroll
     for (int i = 0; i < kDownSteps; ++i) {
-      const int u = u0 + i, j = u / steps;
-      unit_j[i] = j;
-      unit_n[i] = int64_t{u % steps} * 32 * kV + int64_t{lane} * kV;
-      const bool live = u < units && unit_n[i] < N && expert_s[j] < a.num_local_experts;
-      if (!live) unit_j[i] = -1;
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        raw[i][r] = live ? __ldg(reinterpret_cast<const uint4*>(
-                               w2 + (int64_t{expert_s[j]} * K + k_row[r]) * N + unit_n[i]))
-                         : uint4{};
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kDownSteps; ++i) {
-      const int j = unit_j[i];
+      const int j = cur.unit_j[i];
       if (j < 0) continue;
-      const int64_t n = unit_n[i];
+      const int64_t n = cur.unit_n[i];
       const int64_t g = kFp8 ? n / kGroup : 0;
       const float fold = fold_s[j * (kFp8 ? n_groups : 1) + g];
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         float f[kV];
-        unpack(raw[i][r], f, W{});
+        unpack(cur.raw[i][r], f, W{});
         float p = dot_16(f, a2_s + j * N + n) * fold;
         if constexpr (kFp8) {
           p *= __ldg(a.w2_scale + (int64_t{expert_s[j]} * w2_scale_rows + k_row[r] / kGroup) *
@@ -375,6 +389,7 @@ __global__ void __launch_bounds__(kThreads) decode_down_kernel(const DecodeMlpAr
         acc[r] += p;
       }
     }
+    cur = next;
   }
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) acc[r] = warp_sum(acc[r]);
@@ -469,31 +484,33 @@ size_t decode_mlp_workspace_bytes(const MoEConfig& c, int64_t M) {
 
 void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
   if (a.M == 0) return;
-  const dim3 gate_up_grid(static_cast<unsigned>(ceil_div(a.N, kWarps * kFeaturesPerWarp)),
-                          static_cast<unsigned>(a.M * a.topk));
-  const dim3 down_grid(static_cast<unsigned>(ceil_div(a.K, kWarps * kRowsPerWarp)),
-                       static_cast<unsigned>(a.M));
-  MODMOE_CHECK(a.M * a.topk <= 65535)
-      << "decode_mlp: M * topk must be <= 65535 (grid.y), got " << a.M * a.topk;
-  DecodeMlpArgs args = a;
+  // Pairs (tokens) are the fastest grid dimension: the CTAs of one weight slice run side by
+  // side, so pairs that share an expert read its rows while they are in the L2.
+  MODMOE_CHECK(ceil_div(a.N, kWarps * kFeaturesPerWarp) <= 65535 &&
+               ceil_div(a.K, kWarps * kRowsPerWarp) <= 65535)
+      << "decode_mlp: K and N must be <= " << 65535 * kWarps * kRowsPerWarp << " (grid.y), got K = "
+      << a.K << ", N = " << a.N;
+  const dim3 gate_up_grid(static_cast<unsigned>(a.M * a.topk),
+                          static_cast<unsigned>(ceil_div(a.N, kWarps * kFeaturesPerWarp)));
+  const dim3 down_grid(static_cast<unsigned>(a.M),
+                       static_cast<unsigned>(ceil_div(a.K, kWarps * kRowsPerWarp)));
   const bool programmatic = programmatic_launch_available();
-  args.prefetch_weights = programmatic;
   dispatch_weight(a.w_dtype, [&](auto w_tag) {
     using W = typename decltype(w_tag)::type;
-    launch(decode_gate_up_kernel<W>, gate_up_grid, gate_up_shared_bytes(a.K), args, false,
+    launch(decode_gate_up_kernel<W>, gate_up_grid, gate_up_shared_bytes(a.K), a, false,
            stream);
     // Unquantized, the output dtype is the weights' (in_dtype); fp8 writes any of the three.
     if constexpr (std::is_same_v<W, uint8_t>) {
       dispatch_float_io(a.out_dtype, "decode_mlp", [&](auto out_tag) {
         using Out = typename decltype(out_tag)::type;
-        launch(decode_down_kernel<W, Out>, down_grid, down_shared(a.topk, a.N).bytes, args,
+        launch(decode_down_kernel<W, Out>, down_grid, down_shared(a.topk, a.N).bytes, a,
                programmatic, stream);
       });
     } else {
       MODMOE_CHECK(a.out_dtype == a.w_dtype)
           << "decode_mlp: unquantized, out_dtype must be the weights' dtype "
           << dtype_name(a.w_dtype) << ", got " << dtype_name(a.out_dtype);
-      launch(decode_down_kernel<W, W>, down_grid, down_shared(a.topk, a.N).bytes, args,
+      launch(decode_down_kernel<W, W>, down_grid, down_shared(a.topk, a.N).bytes, a,
              programmatic, stream);
     }
   });

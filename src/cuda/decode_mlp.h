@@ -5,20 +5,22 @@
 // small kernels (permute, GEMM1, [quantize], GEMM2, reduce) whose launch gaps, not the weight
 // bytes, set the time: 3-7x the floor at M = 1 on the H200 (docs/perf.md). Here
 //
-//   gate_up:  grid (feature slices, pairs). A CTA copies its pair's token row into shared
+//   gate_up:  grid (pairs, feature slices). A CTA copies its pair's token row into shared
 //             memory, and each warp streams the gate and up rows of two features of the pair's
 //             expert (16-byte loads, all of a step in flight), reduces the dot products across
 //             the warp and writes h[pair, n] = act(gate) * up in fp32.
-//   down:     grid (output-row slices, tokens). A CTA takes its token's topk pairs: their h
+//   down:     grid (tokens, output-row slices). A CTA takes its token's topk pairs: their h
 //             rows go to shared memory, rounded to the input dtype or, for fp8, quantized with
 //             group-128 scales exactly as quantize_rows would (the scales folded with the
 //             router weight); each warp then streams two w2 rows of every pair's expert and
 //             writes out[t, k] = sum over pairs of w * (w2[e] row k . a2), in the output dtype.
 //
-// On sm_90 down is a programmatic dependent launch of gate_up: it starts while gate_up runs,
-// prefetches its w2 rows into the L2 and waits for gate_up to finish before reading h (hiding
-// the launch gap and gate_up's tail; MODMOE_PDL=0 turns it off). gate_up itself is launched
-// normally: it reads the routing, which the kernels before it write.
+// On sm_90 down is a programmatic dependent launch of gate_up: it launches during gate_up's
+// last wave, requests its first w2 rows and waits for gate_up to finish before reading h
+// (hiding the launch gap; MODMOE_PDL=0 turns it off). gate_up itself is launched normally: it
+// reads the routing, which the kernels before it write. Both kernels request their first
+// weights before staging their vector operand, and keep the next batch in flight while
+// multiplying the current one.
 //
 // Each weight row a CTA needs is read once per pair: a pair's expert is read again by every
 // other pair routed to it, which at <= 1 pair per expert mostly hits the L2 (those CTAs run
@@ -62,8 +64,6 @@ struct DecodeMlpArgs {
   float* h = nullptr;  // workspace (M * topk, N) fp32
   void* out = nullptr;  // (M, K) in out_dtype (bf16, fp16, fp32)
   DType out_dtype = DType::bf16;
-  // Set by decode_mlp: down was launched programmatically and prefetches its rows first.
-  bool prefetch_weights = false;
 };
 
 // Why the decode path cannot run this config with these pointers ("" when it can). Host-side

@@ -160,8 +160,9 @@ TEST(DecodeRoute, WorkspaceHoldsTheIntermediate) {
   // the decode path's h (M * topk, N) fp32, which workspace_shapes must therefore count.
   MoEConfig c = qwen3_like(none);
   c.hidden_size = 256;
-  c.intermediate_size = 8192;
+  c.intermediate_size = 4096;  // topk * N * 2 bytes = 64 KiB of shared operand: still decodes
   const CudaExperts experts(c);
+  ASSERT_TRUE(experts.runs_decode(1));
   const WorkspaceShapes w = experts.workspace_shapes(1, c.intermediate_size, c.hidden_size,
                                                      c.topk, c.num_experts, c.num_local_experts,
                                                      nullptr);
