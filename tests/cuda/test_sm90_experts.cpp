@@ -1,9 +1,12 @@
 // Sm90Experts with the top-k weight and reduce folded into GEMM2's epilogue (float atomics):
 // the same results as the oracle, the deterministic-context guard, and the smaller workspace.
+// Sm90Experts with fp8 block scales and K, N not multiples of 128 (partial last scale groups,
+// as gpt-oss-120b's 2880 has): the same results as the oracle in every gated layout.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "cuda/cuda_prepare_finalize.h"
@@ -93,6 +96,64 @@ TEST(Sm90ReduceInGemm2Guard, NeedsANonDeterministicContextAndHoldsNoPairsByKBuff
     EXPECT_THAT(e.what(), ::testing::HasSubstr("Context::deterministic = false"));
   }
 }
+
+// ---- fp8 block scales, K and N not multiples of 128 ----------------------------------------
+
+struct UnalignedCase {
+  GatedLayout layout;
+  int64_t M;
+  std::string name() const {
+    return std::string(gated_layout_name(layout)) + "_M" + std::to_string(M);
+  }
+};
+void PrintTo(const UnalignedCase& c, std::ostream* os) { *os << c.name(); }
+
+class Sm90ExpertsUnaligned : public ::testing::TestWithParam<UnalignedCase> {};
+
+// K = 320 = 2.5 * 128 and N = 192 = 1.5 * 128: GEMM1's last K block and GEMM2's last K block
+// are partial (TMA zero fill, the last scale group of a row partial), the fp8 intermediate's
+// last quantization group is 64 columns, and GateUp/UpGate's up (gate) rows start 64 rows into
+// a 128-row weight-scale block, so GEMM1 must run the 64x256 tile (M = 1024 would otherwise
+// get 128x256). The output is NaN-poisoned (make_problem), inputs random, never zeros.
+TEST_P(Sm90ExpertsUnaligned, Fp8BlockMatchesTheOracle) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession s;
+  MODMOE_REQUIRE_SM90(s);
+  const UnalignedCase& c = GetParam();
+  testing::ProblemSpec spec;
+  MoEConfig& cfg = spec.config;
+  cfg.num_experts = cfg.num_local_experts = 16;
+  cfg.hidden_size = 320;
+  cfg.intermediate_size = 192;
+  cfg.topk = 4;
+  cfg.in_dtype = DType::bf16;
+  cfg.quant.scheme = QuantScheme::fp8_block;
+  cfg.gated_layout = c.layout;
+  cfg.activation = c.layout == GatedLayout::Interleaved ? Activation::swigluoai : Activation::silu;
+  spec.M = c.M;
+  spec.seed = 9300 + static_cast<uint64_t>(c.layout) * 11 + static_cast<uint64_t>(c.M);
+  ASSERT_EQ(cuda::sm90_experts_unsupported(cfg), "");
+  const testing::Problem p = testing::make_problem(spec);
+  auto experts = std::make_shared<cuda::Sm90Experts>(p.spec.config);
+  // The Hopper kernels, not the portable pipeline of decode-sized applies.
+  ASSERT_FALSE(experts->runs_portable(c.M))
+      << "max_portable_tokens " << experts->max_portable_tokens();
+  const OwnedTensor out = forward_on_gpu(s, p, experts, s.ctx());
+  const oracle::ErrorReport err =
+      oracle::compare(out, oracle::moe_forward(p.oracle_inputs()), p.topk_ids, p.expert_map);
+  EXPECT_TRUE(err.passed(3e-2)) << p.spec.str() << ": " << err.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(K320N192, Sm90ExpertsUnaligned,
+                         ::testing::Values(UnalignedCase{GatedLayout::GateUp, 96},
+                                           UnalignedCase{GatedLayout::GateUp, 1024},
+                                           UnalignedCase{GatedLayout::UpGate, 96},
+                                           UnalignedCase{GatedLayout::UpGate, 1024},
+                                           UnalignedCase{GatedLayout::Interleaved, 96},
+                                           UnalignedCase{GatedLayout::Interleaved, 1024}),
+                         [](const ::testing::TestParamInfo<UnalignedCase>& info) {
+                           return info.param.name();
+                         });
 
 }  // namespace
 }  // namespace modmoe

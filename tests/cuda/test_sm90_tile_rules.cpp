@@ -1,14 +1,18 @@
-// The Hopper kernel's host-side rules, without a GPU (they run in CI): the tile heuristic and
-// what can_implement accepts or refuses for the fp8 128x256 tile. can_implement reads no memory,
-// so the operands are fake, aligned, never-dereferenced addresses; sm_count is given, so no
-// device is queried. Skipped in a build without the sm_90a kernels.
+// The Hopper kernel's host-side rules, without a GPU (they run in CI): the tile heuristic, what
+// can_implement accepts or refuses for the fp8 128x256 tile, and the tile an fp8 block-scaled
+// call with K, N not multiples of 128 (gpt-oss: 2880) resolves to. can_implement reads no
+// memory, so the operands are fake, aligned, never-dereferenced addresses; sm_count is given,
+// so no device is queried. Skipped in a build without the sm_90a kernels.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "cuda/sm90/sm90_experts.h"
 #include "cuda/sm90/sm90_gemm.h"
+#include "modmoe/quant.h"
 
 namespace modmoe {
 namespace {
@@ -109,6 +113,120 @@ TEST(Sm90TileRules, TheHeuristicNeverPicksATileThatRefusesTheCall) {
   mx.a_scale_mx = fake<const uint8_t>(0x70000);
   mx.b_scale_mx = fake<const uint8_t>(0x80000);
   EXPECT_EQ(sm90::can_implement(mx), "");
+}
+
+// ---- fp8 block scales with K, N not multiples of 128 ------------------------------------------
+
+// B rows of one consumer's accumulator half for tile "BMxBN" (the kernel's kWgN / 2).
+int half_rows(const std::string& tile) {
+  const int bm = std::stoi(tile.substr(0, tile.find('x')));
+  const int bn = std::stoi(tile.substr(tile.find('x') + 1));
+  return (bm == 128 ? bn : bn / 2) / 2;
+}
+
+// gpt-oss-120b's GEMM1 (E = 128, K = 2880, w13 (E, 2 * 2880, 2880)) with `rows` permuted rows.
+sm90::GemmArgs gpt_oss_gemm1(int64_t rows, GatedLayout layout, bool fp8_out) {
+  sm90::GemmArgs g = fp8_gated(1, layout);
+  g.E = 128;
+  g.K = 2880;
+  g.N_b = 2 * 2880;
+  g.total_rows = rows;
+  if (fp8_out) {
+    g.d_dtype = DType::fp8_e4m3;
+    g.d_scale = fake<float>(0x90000);
+  }
+  return g;
+}
+
+TEST(Sm90TileRules, Fp8BlockGptOssShapesResolveToATileWhoseHalvesFitOneScaleBlock) {
+  MODMOE_REQUIRE_SM90_KERNELS();
+  // 2880 = 22.5 * 128: the up rows of GateUp start at row 2880, 64 rows into a 128-row weight
+  // scale block, so 128x256 (128-row halves) cannot take GateUp/UpGate; 64-row halves can.
+  for (GatedLayout layout : {GatedLayout::GateUp, GatedLayout::UpGate, GatedLayout::Interleaved}) {
+    for (int64_t rows : {int64_t{128}, int64_t{4096}, int64_t{32768}}) {
+      for (bool fp8_out : {false, true}) {
+        const sm90::GemmArgs g = gpt_oss_gemm1(rows, layout, fp8_out);
+        const std::string tile = sm90::resolve_tile(g);
+        const std::string what = std::string(gated_layout_name(layout)) + " rows " +
+                                 std::to_string(rows) + (fp8_out ? " fp8 out" : " bf16 out") +
+                                 " tile " + tile;
+        EXPECT_EQ(sm90::can_implement(g), "") << what;
+        if (layout == GatedLayout::Interleaved) {
+          EXPECT_LE(half_rows(tile), 64) << what;
+        } else {
+          EXPECT_EQ(2880 % half_rows(tile), 0) << what;
+        }
+        if (fp8_out) EXPECT_EQ(tile, "64x256") << what;  // the only 256-wide tile that fits
+      }
+    }
+    // Prefill with a bf16 out: the heuristic's 128x256 steps down to 128x128.
+    EXPECT_EQ(sm90::choose_tile(32768, 2880, 2880, 128, true, DType::fp8_e4m3, false, kSms),
+              "128x256");
+    EXPECT_EQ(sm90::resolve_tile(gpt_oss_gemm1(32768, layout, false)), "128x128")
+        << gated_layout_name(layout);
+  }
+  // GEMM2 (plain, w2 (E, 2880, 2880)): a half starts at a multiple of its size, so every tile
+  // fits, 128x256 included, and K = 2880 (a partial last K block) is accepted.
+  sm90::GemmArgs g2 = gpt_oss_gemm1(32768, GatedLayout::GateUp, false);
+  g2.gated = false;
+  g2.N_b = 2880;
+  g2.d_dtype = DType::fp32;
+  EXPECT_EQ(sm90::resolve_tile(g2), "128x256");
+  for (const std::string& tile : sm90::tile_names()) {
+    g2.tile = tile;
+    EXPECT_EQ(sm90::can_implement(g2), "") << "plain fp8 N_b = K = 2880, tile " << tile;
+  }
+}
+
+TEST(Sm90TileRules, Fp8BlockGatedRefusesTilesWhoseHalvesStraddleScaleBlocksByName) {
+  MODMOE_REQUIRE_SM90_KERNELS();
+  sm90::GemmArgs g = gpt_oss_gemm1(32768, GatedLayout::GateUp, false);
+  g.tile = "128x256";
+  const std::string why = sm90::can_implement(g);
+  EXPECT_THAT(why, ::testing::HasSubstr("128x256"));
+  EXPECT_THAT(why, ::testing::HasSubstr("N = b.size(1)/2 = 2880"));
+  for (const char* fits : {"128x128", "64x256", "64x128", "64x64"}) {
+    g.tile = fits;
+    EXPECT_EQ(sm90::can_implement(g), "") << fits;
+  }
+  // N = 2848 = 89 * 32: only the 32- and 16-row halves (64x128, 64x64) fit. The heuristic's
+  // pick steps down to 64x128; an fp8 out (256-wide tiles only) has no tile and says why.
+  g.tile.clear();
+  g.N_b = 2 * 2848;
+  EXPECT_EQ(sm90::resolve_tile(g), "64x128");
+  EXPECT_EQ(sm90::can_implement(g), "");
+  g.d_dtype = DType::fp8_e4m3;
+  g.d_scale = fake<float>(0x90000);
+  const std::string why_fp8_out = sm90::can_implement(g);
+  EXPECT_THAT(why_fp8_out, ::testing::HasSubstr("N % 64 == 0"));
+  EXPECT_THAT(why_fp8_out, ::testing::HasSubstr("2848"));
+}
+
+// The Sm90Experts config rule that follows: fp8_block takes K, N multiples of 16, and N % 64
+// for GateUp/UpGate (GEMM1's fp8 out needs a 256-wide tile, at best 64x256).
+TEST(Sm90TileRules, Sm90ExpertsTakeFp8BlockWithUnalignedKAndN) {
+  MoEConfig c;
+  c.num_experts = c.num_local_experts = 128;
+  c.topk = 4;
+  c.hidden_size = 2880;
+  c.intermediate_size = 2880;
+  c.in_dtype = DType::bf16;
+  c.quant.scheme = QuantScheme::fp8_block;
+  c.activation = Activation::swigluoai;
+  for (GatedLayout layout : {GatedLayout::GateUp, GatedLayout::UpGate, GatedLayout::Interleaved}) {
+    c.gated_layout = layout;
+    EXPECT_EQ(cuda::sm90_experts_unsupported(c), "") << gated_layout_name(layout);
+  }
+  c.intermediate_size = 2848;  // a multiple of 32, not of 64
+  c.gated_layout = GatedLayout::Interleaved;
+  EXPECT_EQ(cuda::sm90_experts_unsupported(c), "");
+  c.gated_layout = GatedLayout::GateUp;
+  const std::string why = cuda::sm90_experts_unsupported(c);
+  EXPECT_THAT(why, ::testing::HasSubstr("N to be a multiple of 64"));
+  EXPECT_THAT(why, ::testing::HasSubstr("N = 2848"));
+  c.intermediate_size = 2880;
+  c.hidden_size = 2888;  // not a multiple of 16 (TMA's 16-byte row pitch)
+  EXPECT_THAT(cuda::sm90_experts_unsupported(c), ::testing::HasSubstr("multiples of 16"));
 }
 
 }  // namespace

@@ -2,13 +2,15 @@
 //
 // Workspaces (bytes, carved by the same functions in workspace_shapes and apply):
 //   Sm90Experts, P = M * topk pairs:
-//     workspace2:  permute arrays + CUB scratch | a (P, K) gathered rows | a scales (P, K/128)
-//                  | a2 (P, N) GEMM2 operand | a2 scales (P, N/128)       (scales: fp8 only)
+//     workspace2:  permute arrays + CUB scratch | a (P, K) gathered rows | a scales (P, kb)
+//                  | a2 (P, N) GEMM2 operand | a2 scales (P, nb)          (scales: fp8 only)
 //     workspace13: y (P, K) fp32, GEMM2's output; with the reduce folded into GEMM2, (M, K) fp32
 //                  token rows instead
 //   BatchedSm90Experts, R = E_local * T rows:
-//     workspace2:  a2 (R, N) | a2 scales (R, N/128)
+//     workspace2:  a2 (R, N) | a2 scales (R, nb)
 //     workspace13: (none: GEMM2 writes the output)
+//   kb = ceil(K/128), nb = ceil(N/128): group-128 scales, the last group of a row partial when
+//   K or N is not a multiple of 128 (act_scale_shape).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,6 +35,8 @@ namespace modmoe::cuda {
 namespace {
 
 bool is_fp8(const MoEConfig& c) { return c.quant.scheme == QuantScheme::fp8_block; }
+// Group-128 scales per row of `cols` columns (the last group may be partial).
+int64_t scale_groups(int64_t cols) { return (cols + kBlockSize - 1) / kBlockSize; }
 DType operand_dtype(const MoEConfig& c) { return is_fp8(c) ? DType::fp8_e4m3 : DType::bf16; }
 
 // GEMM2's operand: (rows, N) in the operand dtype, with its group-128 scales when fp8.
@@ -45,7 +49,7 @@ Intermediate carve_intermediate(const MoEConfig& c, int64_t rows, ByteCarver& ca
   const int64_t N = c.intermediate_size;
   Intermediate m;
   m.a2 = carver.take_bytes(static_cast<size_t>(rows * N) * dtype_size(operand_dtype(c)));
-  if (is_fp8(c)) m.a2_scale = carver.take<float>(rows * (N / kBlockSize));
+  if (is_fp8(c)) m.a2_scale = carver.take<float>(rows * scale_groups(N));
   return m;
 }
 
@@ -101,7 +105,7 @@ void check_supported(const char* name, const MoEConfig& c, const Context& ctx) {
 struct StandardLayout {
   PermuteWorkspace perm;
   void* a = nullptr;         // (P, K) gathered rows
-  float* a_scale = nullptr;  // (P, K/128)
+  float* a_scale = nullptr;  // (P, ceil(K/128))
   Intermediate mid;
   float* y = nullptr;  // (P, K) fp32
   size_t ws13_bytes = 0, ws2_bytes = 0;
@@ -114,7 +118,7 @@ StandardLayout standard_layout(const MoEConfig& c, int64_t M, bool reduce_in_gem
   ByteCarver c2(ws2), c13(ws13);
   l.perm = PermuteWorkspace::carve(c2, P, c.num_local_experts);
   l.a = c2.take_bytes(static_cast<size_t>(P * K) * dtype_size(operand_dtype(c)));
-  if (is_fp8(c)) l.a_scale = c2.take<float>(P * (K / kBlockSize));
+  if (is_fp8(c)) l.a_scale = c2.take<float>(P * scale_groups(K));
   l.mid = carve_intermediate(c, P, c2);
   l.y = c13.take<float>((reduce_in_gemm2 ? M : P) * K);
   l.ws13_bytes = c13.size();
@@ -136,10 +140,17 @@ std::string sm90_experts_unsupported(const MoEConfig& c) {
   } else if (!is_gated(c.activation)) {
     why << "the activation must be gated (the epilogue computes act(gate)*up), got "
         << activation_name(c.activation);
-  } else if (is_fp8(c) && (K % 128 != 0 || N % 128 != 0)) {
-    why << "fp8_block needs K and N to be multiples of 128, got K = " << K << ", N = " << N;
   } else if (K % 16 != 0 || N % 16 != 0) {
     why << "K and N must be multiples of 16, got K = " << K << ", N = " << N;
+  } else if (is_fp8(c) && c.gated_layout != GatedLayout::Interleaved && N % 64 != 0) {
+    // GEMM1 writes the fp8 intermediate from 256-wide tiles (one 128-column quantization group
+    // per tile row); the narrowest, 64x256, has accumulator halves of 64 gate or up rows, each
+    // of which must lie in one 128-row weight-scale block of w13: N % 64 == 0 (sm90_gemm.cu,
+    // fp8_block_misfit). K and N need not be multiples of 128 (partial last scale groups).
+    why << "fp8_block with a " << gated_layout_name(c.gated_layout)
+        << " w13 needs N to be a multiple of 64 (one weight-scale block per gate or up half of "
+           "a 64x256 tile), got K = "
+        << K << ", N = " << N;
   }
   return why.str();
 }
@@ -228,7 +239,7 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
     batched_gather_rows(a.hidden_states.data(), row_bytes, l.a, row_bytes, row_bytes,
                         l.perm.sorted_token, P, stream);
     if (is_fp8(c)) {
-      const int64_t scale_bytes = (K / kBlockSize) * 4;
+      const int64_t scale_bytes = scale_groups(K) * 4;
       batched_gather_rows(a.a1q_scale.data(), scale_bytes, l.a_scale, scale_bytes, scale_bytes,
                           l.perm.sorted_token, P, stream);
     }

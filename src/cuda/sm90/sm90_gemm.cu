@@ -19,8 +19,8 @@ namespace {
 
 // The compiled tiles. fp8 keeps two accumulator sets per thread (the running sum and one K
 // block's product): the 128x256 fp8 tile (a 64x256 consumer) promotes one half of its
-// accumulators at a time, and takes neither MX scales nor an Interleaved gated B (whose gate
-// rows of 128 outputs span two weight-scale blocks; the kernel reads one per half).
+// accumulators at a time and takes no MX scales. With block scales a tile must also keep each
+// accumulator half inside one 128-row weight-scale block (fp8_block_misfit).
 struct TileEntry {
   const char* name;
   int bm, bn;
@@ -200,22 +200,73 @@ int device_sm_count() {
   return sms;
 }
 
-// Whether the fp8 128x256 tile can take this call (see kTiles).
-bool fp8_wide_tile_fits(const GemmArgs& g) {
-  return !g.mx && !(g.gated && g.gated_layout == GatedLayout::Interleaved);
+// B rows of one consumer's accumulator half (kWgN / 2 in the kernel's TileConfig).
+constexpr int half_rows(const TileEntry& t) { return (t.bm == 128 ? t.bn : t.bn / 2) / 2; }
+
+constexpr bool every_half_divides_a_scale_block() {
+  for (const TileEntry& t : kTiles)
+    if (128 % half_rows(t) != 0) return false;
+  return true;
+}
+static_assert(every_half_divides_a_scale_block(),
+              "fp8_block_misfit assumes a half's rows divide the 128-row weight-scale block");
+
+bool is_wide_fp8_mx_tile(const GemmArgs& g, const TileEntry& t) {
+  return g.ab_dtype == DType::fp8_e4m3 && g.mx && t.bm == 128 && t.bn == 256;
 }
 
-std::string resolved_tile(const GemmArgs& g) {
+// Why `t` cannot apply fp8 block scales to this call ("" when it can). The kernel reads one
+// weight scale per accumulator half and K block (ScaleCursor), so the real B rows of every half
+// must lie in one 128-row scale block of b (E, N_b, K). A half is h = half_rows(t) rows, and h
+// divides 128. Plain: the half starts at a multiple of h, so it always fits (any N_b). Gated
+// GateUp/UpGate: the gate half starts at out0 and the up half at N + out0 (or the reverse), out0
+// a multiple of h, so both fit iff N % h == 0. Interleaved: a half's gate (or up) rows of h
+// outputs are rows 2*out0 .. 2*out0 + 2h - 1 with 2*out0 a multiple of 2h: they fit iff
+// 2h <= 128.
+std::string fp8_block_misfit(const GemmArgs& g, const TileEntry& t) {
+  if (g.ab_dtype != DType::fp8_e4m3 || g.mx || !g.gated) return "";
+  const int h = half_rows(t);
+  std::ostringstream why;
+  if (g.gated_layout == GatedLayout::Interleaved) {
+    if (2 * h > 128)
+      why << "with an Interleaved gated B a consumer's " << h << " outputs span " << 2 * h
+          << " rows of b, two 128-row weight-scale blocks (fp8 block scales need a tile whose "
+             "halves have <= 64 outputs)";
+  } else if ((g.N_b / 2) % h != 0) {
+    why << "its accumulator halves are " << h
+        << " gate or up rows of b, and with N = b.size(1)/2 = " << g.N_b / 2
+        << " (not a multiple of " << h
+        << ") the up (or gate) rows of a half straddle two 128-row weight-scale blocks (fp8 "
+           "block scales need N % "
+        << h << " == 0 for this tile)";
+  }
+  return why.str();
+}
+
+bool tile_takes(const GemmArgs& g, const TileEntry& t) {
+  return !is_wide_fp8_mx_tile(g, t) && fp8_block_misfit(g, t).empty();
+}
+
+}  // namespace
+
+std::string resolve_tile(const GemmArgs& g) {
   if (!g.tile.empty()) return g.tile;
   const bool fp8_out = g.d_dtype == DType::fp8_e4m3;
   const std::string tile = choose_tile(g.total_rows, g.n_out(), g.K, g.E, g.gated, g.ab_dtype,
                                        fp8_out, g.sm_count > 0 ? g.sm_count : device_sm_count());
-  if (g.ab_dtype == DType::fp8_e4m3 && tile == "128x256" && !fp8_wide_tile_fits(g))
-    return fp8_out ? "64x256" : "128x128";
-  return tile;
+  // Step down, in kTiles order, to the first tile that takes the call (an fp8 out keeps a
+  // 256-wide tile: one quantization group per tile row). None: the last one tried, the least
+  // demanding, whose refusal by can_implement then states the weakest requirement.
+  bool after = false;
+  const char* last = nullptr;
+  for (const TileEntry& t : kTiles) {
+    after = after || tile == t.name;
+    if (!after || (fp8_out && t.bn != 256)) continue;
+    if (tile_takes(g, t)) return t.name;
+    last = t.name;
+  }
+  return last ? last : tile;
 }
-
-}  // namespace
 
 std::vector<std::string> tile_names() {
 #ifdef MODMOE_HAVE_SM90A
@@ -263,7 +314,7 @@ std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E,
 
 std::string can_implement(const GemmArgs& g) {
   std::ostringstream why;
-  const std::string name = resolved_tile(g);
+  const std::string name = resolve_tile(g);
   const TileEntry* tile = find_tile(name);
   const bool fp8 = g.ab_dtype == DType::fp8_e4m3;
   if (!tile) {
@@ -289,12 +340,11 @@ std::string can_implement(const GemmArgs& g) {
                           4 !=
                       0)) {
     why << "MX-FP8 scales must be 4-byte aligned";
-  } else if (fp8 && tile->bn == 256 && tile->bm == 128 && !fp8_wide_tile_fits(g)) {
-    why << "tile " << name << " takes fp8 with block scales and a GateUp/UpGate or plain B only "
-        << "(its consumers read one weight-scale block per accumulator half), got "
-        << (g.mx ? "MX-FP8 scales" : "an Interleaved gated B");
-  } else if (fp8 && g.K % 128 != 0) {
-    why << "K must be a multiple of 128 for fp8 block scales, got " << g.K;
+  } else if (is_wide_fp8_mx_tile(g, *tile)) {
+    why << "tile " << name << " takes no MX-FP8 scales (its 64x256 consumers have no registers "
+        << "for MX's per-step product buffer and scale words)";
+  } else if (const std::string misfit = fp8_block_misfit(g, *tile); !misfit.empty()) {
+    why << "tile " << name << " cannot apply fp8 block scales here: " << misfit;
   } else if (g.total_rows >= (int64_t{1} << 31) || g.E >= (int64_t{1} << 31) ||
              g.N_b >= (int64_t{1} << 31)) {
     why << "sizes must fit in int32";
@@ -305,11 +355,6 @@ std::string can_implement(const GemmArgs& g) {
     why << "a, b and out must be 16-byte aligned";
   } else if (g.gated && g.N_b % 16 != 0) {
     why << "gated needs b.size(1) to be a multiple of 16, got " << g.N_b;
-  } else if (fp8 && !g.mx && g.gated && g.gated_layout != GatedLayout::Interleaved &&
-             (g.N_b / 2) % 128 != 0) {
-    why << "fp8 gated (GateUp/UpGate) needs N = b.size(1)/2 to be a multiple of 128 (one weight "
-           "scale block per half of a tile), got "
-        << g.N_b / 2;
   } else if (g.d_dtype == DType::fp8_e4m3 && (!g.gated || tile->bn != 256 || !g.d_scale)) {
     why << "an fp8 out needs gated, out_scale and a 256-wide tile (64x256 or 128x256), got tile "
         << name;
@@ -324,8 +369,8 @@ std::string can_implement(const GemmArgs& g) {
 }
 
 int64_t tile_list_capacity(const GemmArgs& g) {
-  const TileEntry* tile = find_tile(resolved_tile(g));
-  MODMOE_CHECK(tile != nullptr) << "moe_gemm (sm90): unknown tile " << resolved_tile(g);
+  const TileEntry* tile = find_tile(resolve_tile(g));
+  MODMOE_CHECK(tile != nullptr) << "moe_gemm (sm90): unknown tile " << resolve_tile(g);
   const int64_t n_blocks = ceil_div(g.gated ? g.N_b / 2 : g.N_b, g.gated ? tile->bn / 2 : tile->bn);
   return 1 + (ceil_div(g.total_rows, tile->bm) + g.E) * n_blocks;
 }
@@ -355,7 +400,9 @@ KernelParams make_params(const GemmArgs& g, const TileEntry& tile) {
     p.b_scale_mx = g.b_scale_mx;
     p.mx_row_bytes = static_cast<int32_t>(g.K / 32);
   } else if (fp8) {
-    const int64_t kb = g.K / 128, nb = ceil_div(g.N_b, 128);
+    // ceil: the last scale group of a row may be partial (K % 128 != 0); the kernel's last K
+    // block then reads TMA's zero fill past K, and its scale index is still < kb.
+    const int64_t kb = ceil_div(g.K, 128), nb = ceil_div(g.N_b, 128);
     p.a_scale = g.a_scale;
     p.b_scale = g.b_scale;
     p.b_n_blocks = static_cast<int32_t>(nb);
@@ -388,8 +435,8 @@ KernelParams make_params(const GemmArgs& g, const TileEntry& tile) {
 }  // namespace
 
 void build_tile_list(const GemmArgs& g, WorkTile* list, cudaStream_t stream) {
-  const TileEntry* tile = find_tile(resolved_tile(g));
-  MODMOE_CHECK(tile != nullptr) << "moe_gemm (sm90): unknown tile " << resolved_tile(g);
+  const TileEntry* tile = find_tile(resolve_tile(g));
+  MODMOE_CHECK(tile != nullptr) << "moe_gemm (sm90): unknown tile " << resolve_tile(g);
   const KernelParams p = make_params(g, *tile);
   build_tile_list_kernel<<<1, 1024, 0, stream>>>(p.schedule, tile->bm, list);
   MODMOE_CUDA_CHECK(cudaGetLastError());
@@ -399,7 +446,7 @@ void launch(const GemmArgs& g, cudaStream_t stream, void* scratch) {
   const std::string reason = can_implement(g);
   MODMOE_CHECK(reason.empty()) << "moe_gemm_groupwise (sm90 kernel): " << reason;
   if (g.total_rows == 0 || g.E == 0) return;
-  const TileEntry& tile = *find_tile(resolved_tile(g));
+  const TileEntry& tile = *find_tile(resolve_tile(g));
   GemmArgs args = g;
   if (args.scheduler == MoeGemmScheduler::precomputed && args.tile_list == nullptr) {
     MODMOE_CHECK(scratch != nullptr)

@@ -7,8 +7,9 @@
 //                warp 1 = tile scheduler (finds the CTA's next (expert, row block, column
 //                block) and hands it to the others through a shared-memory ring)
 //   warpgroups 1..: wgmma consumers, 64 rows each; fp8 block scales promoted per 128-wide K
-//                block in registers (MX-FP8: per 32-wide K step); the epilogue (act(gate)*up for gated tiles, optional
-//                fp8 group-128 quantization) in registers, stores bounded by the expert's rows.
+//                block in registers (MX-FP8: per 32-wide K step); the epilogue (act(gate)*up for
+//                gated tiles, optional fp8 group-128 quantization) in registers, stores bounded by
+//                the expert's rows.
 // Rows: TMA boxes have a fixed size, so the last row block of an expert also loads up to BM-1
 // rows past the expert's end (the next expert's rows, or zeros past the tensor: never memory
 // outside `a`); those rows' products are discarded: nothing past m_indptr[e+1] is written.
@@ -50,9 +51,9 @@ struct GemmArgs {
   const int32_t* expert_num_tokens = nullptr;
   int64_t batch_rows = 0;
 
-  // fp8 block scales (1x128 for a, 128x128 for b), fp32. K-major: a_scale (rows, K/128),
-  // b_scale (E, ceil(N_b/128), K/128); MN-major: a_scale (K/128, rows), b_scale
-  // (E, K/128, ceil(N_b/128)).
+  // fp8 block scales (1x128 for a, 128x128 for b), fp32, with kb = ceil(K/128) groups along K
+  // (the last one partial when K % 128 != 0). K-major: a_scale (rows, kb), b_scale
+  // (E, ceil(N_b/128), kb); MN-major: a_scale (kb, rows), b_scale (E, kb, ceil(N_b/128)).
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   bool scales_mn_major = false;
@@ -69,7 +70,7 @@ struct GemmArgs {
 
   void* d = nullptr;            // (total_rows, N_out), ldd = N_out
   DType d_dtype = DType::bf16;  // bf16, fp16, fp32, or fp8_e4m3 (gated only, with d_scale)
-  float* d_scale = nullptr;     // fp8 d: (total_rows, N_out/128)
+  float* d_scale = nullptr;     // fp8 d: (total_rows, ceil(N_out/128)), last group partial
 
   // Top-k weight and reduce folded into the epilogue (plain, fp32 d only; non-deterministic:
   // fp32 atomics): instead of storing row r, add pair_weight[p] * row into d[p / topk] with
@@ -95,6 +96,15 @@ std::vector<std::string> tile_names();
 // The heuristic: a pure function of the sizes (m_indptr is never read).
 std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E, bool gated,
                         DType dtype, bool fp8_out, int sm_count);
+
+// The tile launch() runs: args.tile when given, else choose_tile()'s pick, stepped down (in
+// the order 128x256, 128x128, 64x256, 64x128, 64x64; an fp8 out keeps a 256-wide tile) to the
+// first tile that takes the call: not 128x256 for MX-FP8, and for fp8 block scales a tile whose
+// accumulator halves each lie in one 128-row weight-scale block (gated GateUp/UpGate:
+// N % half rows == 0, with half rows 128 for 128x256, 64 for 128x128 and 64x256, 32 for 64x128,
+// 16 for 64x64; Interleaved: half rows <= 64). When none does, the last one tried, which
+// can_implement then refuses with what it needs.
+std::string resolve_tile(const GemmArgs& args);
 
 // Why the kernel cannot run these arguments ("" when it can): alignment, dtypes, tile, ...
 std::string can_implement(const GemmArgs& args);

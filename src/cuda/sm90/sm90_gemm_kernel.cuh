@@ -63,7 +63,7 @@ struct KernelParams {
   void* d;
   int64_t ldd;
   int32_t out_kind;  // OutKind
-  float* d_scale;    // fp8 out: (rows, N_out / 128)
+  float* d_scale;    // fp8 out: (rows, ceil(N_out / 128))
 
   // Folded top-k reduce (plain fp32 only): d[row_pair[r] / topk] += weight * row r.
   const int32_t* row_pair;
@@ -314,11 +314,15 @@ __device__ __forceinline__ void bf16_main_loop(const KernelParams& p, const Oper
 // of each of its two rows, and the weight block of each accumulator half. Every 8-column group
 // of a half lies in the same 128-row weight block: a half is kWgN/2 B rows starting at a
 // multiple of kWgN/2 (plain: wg_col0 + h kWgN/2; gated GateUp/UpGate: (gate|up) * N + out0
-// with N % 128 == 0, which can_implement requires; Interleaved: rows 2 out0 .. 2 out0 + kWgN - 1
-// with 2 out0 a multiple of kWgN), and kWgN/2 divides 128 (kWgN itself for Interleaved, so
-// the 128x256 tile, kWgN = 256, refuses Interleaved). So one scale per half per K block, not
-// one selected per group (ncu, 2026-11-30: the per-group select and the per-block address
-// arithmetic were 2/3 of a 128x128 consumer's ~300 instructions per K block).
+// with N % (kWgN/2) == 0; Interleaved: rows 2 out0 .. 2 out0 + kWgN - 1 with 2 out0 a multiple
+// of kWgN), and kWgN/2 divides 128 (kWgN itself for Interleaved). The host picks only tiles for
+// which this holds (fp8_block_misfit in sm90_gemm.cu: e.g. N = 2880 GateUp runs 128x128 or
+// 64x256, never 128x256). So one scale per half per K block, not one selected per group (ncu,
+// 2026-11-30: the per-group select and the per-block address arithmetic were 2/3 of a 128x128
+// consumer's ~300 instructions per K block).
+// K % 128 != 0 costs the loop nothing: there are ceil(K/128) K blocks and as many scale
+// groups per row, so block kb reads group kb (the last one partial); TMA zero-fills the A and B
+// boxes past K, so the last block's products past K are 0.
 struct ScaleCursor {
   const float* a[2];  // rows r_lo and r_lo + 8 (rows past the expert's end read its last row:
                       // their products are never stored)
@@ -697,7 +701,9 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
   }
   const float scale_lo = fp8_scale_for_amax(__uint_as_float(amax_lo));
   const float scale_hi = fp8_scale_for_amax(__uint_as_float(amax_hi));
-  const int32_t scale_cols = p.N_out / 128;
+  // ceil: with N_out % 128 != 0 the last group is partial; its columns past N_out hold
+  // act(0) * 0 = 0 (TMA zero-fills B rows past N), so they do not move the amax.
+  const int32_t scale_cols = (p.N_out + 127) / 128;
   if (lane % 4 == 0 && (C::kSplitM || wg == 0)) {
     if (r_lo < t.row_end) p.d_scale[r_lo * scale_cols + out_col0 / 128] = scale_lo;
     if (r_lo + 8 < t.row_end) p.d_scale[(r_lo + 8) * scale_cols + out_col0 / 128] = scale_hi;
