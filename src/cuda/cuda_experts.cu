@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/validate.h"
 #include "cuda/activation.h"
@@ -261,6 +262,7 @@ int64_t CudaExperts::max_decode_tokens() const {
   const MoEConfig& c = config();
   if (decode_ == DecodePath::never || !decode_mlp_config_fits(c)) return 0;
   if (decode_ == DecodePath::always) return INT64_MAX;
+  if (const char* x = std::getenv("MODMOE_X_DECODE_TOKENS")) return std::atoll(x);  // EXPERIMENT
   return std::max<int64_t>(1, c.num_local_experts / c.topk);
 }
 

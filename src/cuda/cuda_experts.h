@@ -52,11 +52,10 @@ class CudaExperts final : public Experts {
 
   // Whether an apply of M tokens takes the decode path.
   bool runs_decode(int64_t M) const;
-
- private:
   // The most tokens an apply may have and still take the decode path.
   int64_t max_decode_tokens() const;
 
+ private:
   bool fuse_gated_activation_;
   DecodePath decode_;
 };

@@ -31,10 +31,13 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
+// Registers capped at 128 per thread: 4 CTAs (16 warps) per SM keep enough loads in flight.
+constexpr int kMinCtasPerSm = 4;
 constexpr int kFeaturesPerWarp = 2;  // gate_up: 2 features = 4 weight rows per warp
 constexpr int kGateUpSteps = 2;      // gate_up: steps of every row loaded together
 constexpr int kRowsPerWarp = 2;      // down: w2 rows per warp
 constexpr int kDownSteps = 4;        // down: (pair, step) units loaded together
+constexpr int kFillLoads = 8;        // down: rounds of h loads in flight while staging
 constexpr int kGroup = 128;          // fp8 scale group along a row
 // Shared memory a CTA may ask for: two CTAs per SM on every GPU from sm_80.
 constexpr size_t kMaxSharedBytes = 96 * 1024;
@@ -139,7 +142,7 @@ __device__ __forceinline__ int32_t local_expert(const DecodeMlpArgs& a, int64_t 
 // grid (M * topk, ceil(N / (kWarps * kFeaturesPerWarp))). Shared: the token row (K fp32) and,
 // for fp8, its group scales (ceil(K / 128) fp32).
 template <typename W>
-__global__ void __launch_bounds__(kThreads) decode_gate_up_kernel(const DecodeMlpArgs a) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_gate_up_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
   constexpr int kV = WeightVector<W>::kValues;
   constexpr int kRows = 2 * kFeaturesPerWarp;
@@ -273,7 +276,7 @@ struct DownBatch {
 };
 
 template <typename W, typename Out>
-__global__ void __launch_bounds__(kThreads) decode_down_kernel(const DecodeMlpArgs a) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_down_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
   constexpr int kV = WeightVector<W>::kValues;
   using S = OperandOf<W>;
@@ -322,40 +325,68 @@ __global__ void __launch_bounds__(kThreads) decode_down_kernel(const DecodeMlpAr
   load_batch(0, cur);
   wait_for_prerequisite_grids();
 
-  // GEMM2's operand rows, as the grouped path would see them.
+  // GEMM2's operand rows, as the grouped path would see them. The loads of kFillLoads rounds
+  // are issued before any is used (a CTA stages topk * N values: one round trip, not one per
+  // round).
   if constexpr (kFp8) {
     // One warp per (pair, group of 128): amax, scale and e4m3 codes exactly as quantize_rows
     // computes them (NaN included: the bit-pattern max makes a NaN group's scale NaN).
-    for (int64_t u = warp; u < topk * n_groups; u += kWarps) {
-      const int64_t j = u / n_groups, g = u % n_groups, n = g * kGroup + lane * 4;
-      if (expert_s[j] >= a.num_local_experts) continue;
-      const bool in_row = n < N;  // N % 16 == 0: a lane's 4 values are all in or all out
-      const float4 v = in_row ? *reinterpret_cast<const float4*>(a.h + (t * topk + j) * N + n)
-                              : make_float4(0.f, 0.f, 0.f, 0.f);
-      uint32_t amax = max(max(abs_bits(v.x), abs_bits(v.y)), max(abs_bits(v.z), abs_bits(v.w)));
-      amax = __reduce_max_sync(0xffffffffu, amax);
-      const float scale = fp8_scale_for_amax(__uint_as_float(amax));
-      if (in_row) {
-        const uint32_t lo = e4m3_pair(v.x, v.y, scale), hi = e4m3_pair(v.z, v.w, scale);
-        __half* dst = reinterpret_cast<__half*>(a2_s) + j * N + n;
-        dst[0] = __float2half_rn(e4m3_value(lo & 0xffu));
-        dst[1] = __float2half_rn(e4m3_value(lo >> 8));
-        dst[2] = __float2half_rn(e4m3_value(hi & 0xffu));
-        dst[3] = __float2half_rn(e4m3_value(hi >> 8));
+    const int64_t tasks = topk * n_groups;
+    for (int64_t u0 = warp; u0 < tasks; u0 += int64_t{kWarps} * kFillLoads) {
+      float4 v[kFillLoads];
+#pragma unroll
+      for (int i = 0; i < kFillLoads; ++i) {
+        const int64_t u = u0 + int64_t{i} * kWarps, j = u / n_groups,
+                      n = (u % n_groups) * kGroup + lane * 4;
+        // N % 16 == 0: a lane's 4 values are all in the row or all out.
+        const bool load = u < tasks && n < N && expert_s[j] < a.num_local_experts;
+        v[i] = load ? *reinterpret_cast<const float4*>(a.h + (t * topk + j) * N + n)
+                    : make_float4(0.f, 0.f, 0.f, 0.f);
       }
-      if (lane == 0) {
-        const float w = a.topk_weights ? a.topk_weights[t * topk + j] : 1.0f;
-        fold_s[j * n_groups + g] = w * scale;
+#pragma unroll
+      for (int i = 0; i < kFillLoads; ++i) {
+        const int64_t u = u0 + int64_t{i} * kWarps, j = u / n_groups, g = u % n_groups,
+                      n = g * kGroup + lane * 4;
+        if (u >= tasks || expert_s[j] >= a.num_local_experts) continue;  // warp-uniform
+        uint32_t amax = max(max(abs_bits(v[i].x), abs_bits(v[i].y)),
+                            max(abs_bits(v[i].z), abs_bits(v[i].w)));
+        amax = __reduce_max_sync(0xffffffffu, amax);
+        const float scale = fp8_scale_for_amax(__uint_as_float(amax));
+        if (n < N) {
+          const uint32_t lo = e4m3_pair(v[i].x, v[i].y, scale),
+                         hi = e4m3_pair(v[i].z, v[i].w, scale);
+          __half* dst = reinterpret_cast<__half*>(a2_s) + j * N + n;
+          dst[0] = __float2half_rn(e4m3_value(lo & 0xffu));
+          dst[1] = __float2half_rn(e4m3_value(lo >> 8));
+          dst[2] = __float2half_rn(e4m3_value(hi & 0xffu));
+          dst[3] = __float2half_rn(e4m3_value(hi >> 8));
+        }
+        if (lane == 0) {
+          const float w = a.topk_weights ? a.topk_weights[t * topk + j] : 1.0f;
+          fold_s[j * n_groups + g] = w * scale;
+        }
       }
     }
   } else {
-    for (int64_t i = int64_t{threadIdx.x} * 4; i < topk * N; i += int64_t{kThreads} * 4) {
-      if (expert_s[i / N] >= a.num_local_experts) continue;
-      const float4 v = *reinterpret_cast<const float4*>(a.h + t * topk * N + i);
-      a2_s[i] = from_float<S>(v.x);
-      a2_s[i + 1] = from_float<S>(v.y);
-      a2_s[i + 2] = from_float<S>(v.z);
-      a2_s[i + 3] = from_float<S>(v.w);
+    const int64_t total = topk * N, round = int64_t{kThreads} * 4;
+    for (int64_t i0 = int64_t{threadIdx.x} * 4; i0 < total; i0 += round * kFillLoads) {
+      float4 v[kFillLoads];
+#pragma unroll
+      for (int r = 0; r < kFillLoads; ++r) {
+        const int64_t i = i0 + r * round;
+        const bool load = i < total && expert_s[i / N] < a.num_local_experts;
+        v[r] = load ? *reinterpret_cast<const float4*>(a.h + t * topk * N + i)
+                    : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int r = 0; r < kFillLoads; ++r) {
+        const int64_t i = i0 + r * round;
+        if (i >= total) break;
+        a2_s[i] = from_float<S>(v[r].x);
+        a2_s[i + 1] = from_float<S>(v[r].y);
+        a2_s[i + 2] = from_float<S>(v[r].z);
+        a2_s[i + 3] = from_float<S>(v[r].w);
+      }
     }
     for (int64_t j = threadIdx.x; j < topk; j += kThreads)
       fold_s[j] = a.topk_weights ? a.topk_weights[t * topk + j] : 1.0f;

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
 #include "core/validate.h"
@@ -176,10 +177,14 @@ Sm90Experts::Sm90Experts(const MoEConfig& config, bool reduce_in_gemm2)
 }
 
 int64_t Sm90Experts::decode_rows_per_expert() const {
+  if (const char* x = std::getenv(is_fp8(config()) ? "MODMOE_X_SM90_ROWS_FP8" : "MODMOE_X_SM90_ROWS_BF16"))
+    return std::atoll(x);  // EXPERIMENT
   return is_fp8(config()) ? kDecodeRowsPerExpertFp8 : kDecodeRowsPerExpertBf16;
 }
 
-bool Sm90Experts::runs_portable(int64_t M) const { return portable_ && M <= max_portable_tokens(); }
+bool Sm90Experts::runs_portable(int64_t M) const {
+  return portable_ && (M <= max_portable_tokens() || portable_->runs_decode(M));
+}
 
 int64_t Sm90Experts::max_portable_tokens() const {
   // M * topk pairs spread over min(E_local, pairs) busy experts: at most R rows each while
@@ -197,7 +202,8 @@ WorkspaceShapes Sm90Experts::workspace_shapes(int64_t M, int64_t N, int64_t K, i
   if (portable_) {
     // An apply of up to M tokens may take the portable pipeline, but only one of at most
     // max_portable_tokens(): its workspace for that many.
-    const int64_t M_portable = std::min(M, max_portable_tokens());
+    const int64_t M_portable =
+        std::min(M, std::max(max_portable_tokens(), portable_->max_decode_tokens()));
     const WorkspaceShapes w = portable_->workspace_shapes(M_portable, N, K, topk, E, E_local, meta);
     ws13 = std::max<size_t>(ws13, static_cast<size_t>(shape_numel(w.workspace13)));
     ws2 = std::max<size_t>(ws2, static_cast<size_t>(shape_numel(w.workspace2)));
