@@ -24,9 +24,15 @@ namespace modmoe::cuda {
 // Supports expert_map (pairs of other ranks' experts are skipped) and chunking (a dynamic
 // per-tensor intermediate scale is then one per chunk, as on the CPU).
 //
-// Decode-sized applies (at most one pair per local expert on average: M * topk <= E_local) of
-// the configs decode_mlp runs (gated; none or dynamic fp8_block; K, N multiples of 16) take
-// the decode path instead (decode_mlp.h): two kernels, no permute.
+// Decode-sized applies of the configs decode_mlp runs (gated; none or dynamic fp8_block; K, N
+// multiples of 16) take the decode path instead (decode_mlp.h): two kernels, no permute. Decode
+// sized: at most one pair per local expert on average (M * topk <= E_local) and at most
+// kMaxDecodeWeightBytes of expert weights (M * topk * one expert's w13 + w2). The decode
+// kernels launch ~4 fewer kernels than the grouped pipeline but stream weights less well than
+// the Hopper kernel (60-85 % of the read bandwidth for bf16, less for fp8: no tensor cores);
+// on the H200 (2026-12-01, docs/perf.md) they win the M = 1 layer up to gpt-oss-120b bf16's
+// 199 MB (78 vs 83 us) and lose from DeepSeek-V3 fp8's 352 MB (186 vs 146 us on the Hopper
+// path), so the bound is 256 MiB (~60 us of streaming).
 class CudaExperts final : public Experts {
  public:
   // When the decode path runs: `automatic` as above; `never` and `always` (every M, for
@@ -52,8 +58,9 @@ class CudaExperts final : public Experts {
 
   // Whether an apply of M tokens takes the decode path.
   bool runs_decode(int64_t M) const;
-  // The most tokens an apply may have and still take the decode path.
+  // The most tokens an apply may have and still take the decode path (0: none).
   int64_t max_decode_tokens() const;
+  static constexpr int64_t kMaxDecodeWeightBytes = int64_t{256} << 20;
 
  private:
   bool fuse_gated_activation_;

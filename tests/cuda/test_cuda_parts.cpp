@@ -617,8 +617,8 @@ TEST(CudaExperts, ApplyRejectsWrongDevicesAndSmallWorkspaces) {
 }
 
 // A host-side rule (no GPU needed): Sm90Experts hands decode-sized applies to the portable
-// pipeline, by expected rows per expert: up to 8 for bf16, up to 2 for fp8-block; never when the
-// reduce is folded into GEMM2.
+// CudaExperts: bf16 up to 8 expected rows per expert (the grouped pipeline) or where CudaExperts
+// decodes; fp8-block only where CudaExperts decodes; never when the reduce is folded into GEMM2.
 TEST(Sm90Experts, FewRowsPerExpertRunThePortablePipeline) {
   MoEConfig cfg;
   cfg.num_experts = cfg.num_local_experts = 128;
@@ -634,9 +634,10 @@ TEST(Sm90Experts, FewRowsPerExpertRunThePortablePipeline) {
   MoEConfig fp8 = cfg;
   fp8.quant.scheme = QuantScheme::fp8_block;
   const cuda::Sm90Experts block(fp8);
-  EXPECT_TRUE(block.runs_portable(1));    // 1 row each
-  EXPECT_TRUE(block.runs_portable(32));   // 256 pairs on 128 experts: 2 rows each
-  EXPECT_FALSE(block.runs_portable(33));  // 264 pairs: 3 rows each
+  EXPECT_EQ(block.max_portable_tokens(), 0);
+  EXPECT_TRUE(block.runs_portable(1));    // the decode path: 8 pairs on 128 experts
+  EXPECT_TRUE(block.runs_portable(16));   // 128 pairs on 128 experts
+  EXPECT_FALSE(block.runs_portable(17));  // 136 pairs: more than one per expert
   EXPECT_FALSE(block.runs_portable(8192));
   const cuda::Sm90Experts folded(cfg, /*reduce_in_gemm2=*/true);
   EXPECT_FALSE(folded.runs_portable(1));
@@ -650,10 +651,12 @@ TEST(Sm90Experts, FewRowsPerExpertRunThePortablePipeline) {
         c.num_experts = c.num_local_experts = E;
         c.topk = std::min(topk, E);
         const cuda::Sm90Experts ex(c);
+        const cuda::CudaExperts portable(c);
         const int64_t rows = ex.decode_rows_per_expert();
-        for (int64_t M = 1; M <= ex.max_portable_tokens() + 3; ++M) {
+        for (int64_t M = 1; M <= ex.max_portable_tokens() + E + 3; ++M) {
           const int64_t pairs = M * c.topk, busy = std::min(E, pairs);
-          EXPECT_EQ(ex.runs_portable(M), (pairs + busy - 1) / busy <= rows)
+          EXPECT_EQ(ex.runs_portable(M),
+                    (pairs + busy - 1) / busy <= rows || portable.runs_decode(M))
               << "E " << E << " topk " << c.topk << " M " << M;
         }
       }

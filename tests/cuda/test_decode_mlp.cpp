@@ -123,19 +123,32 @@ MoEConfig qwen3_like(QuantScheme scheme) {
   return c;
 }
 
-TEST(DecodeRoute, AtMostOnePairPerLocalExpert) {
+TEST(DecodeRoute, AtMostOnePairPerLocalExpertAndABoundedWeightStream) {
+  // One expert: (2 * 768 + 768) * 2048 weights, 9.4 MB bf16, 4.7 MB fp8; 256 MiB bound 3 bf16
+  // tokens (24 pairs x 9.4 MB = 226 MB), 7 fp8 tokens (263 MB).
   const CudaExperts bf16_experts(qwen3_like(none)), fp8_experts(qwen3_like(fp8));
-  // 128 experts / topk 8: up to 16 tokens.
+  EXPECT_EQ(bf16_experts.max_decode_tokens(), 3);
   EXPECT_TRUE(bf16_experts.runs_decode(1));
-  EXPECT_TRUE(bf16_experts.runs_decode(16));
-  EXPECT_FALSE(bf16_experts.runs_decode(17));
-  EXPECT_TRUE(fp8_experts.runs_decode(16));
-  EXPECT_FALSE(fp8_experts.runs_decode(17));
+  EXPECT_TRUE(bf16_experts.runs_decode(3));
+  EXPECT_FALSE(bf16_experts.runs_decode(4));
+  EXPECT_EQ(fp8_experts.max_decode_tokens(), 7);
+  EXPECT_FALSE(fp8_experts.runs_decode(8));
+  // Small experts: the pair bound, 128 experts / topk 8 = 16 tokens.
+  MoEConfig small = qwen3_like(none);
+  small.hidden_size = 256;
+  small.intermediate_size = 128;
+  EXPECT_EQ(CudaExperts(small).max_decode_tokens(), 16);
   // Fewer experts than topk still decode one token.
-  MoEConfig few = qwen3_like(none);
-  few.num_experts = few.num_local_experts = 4;
-  EXPECT_TRUE(CudaExperts(few).runs_decode(1));
-  EXPECT_FALSE(CudaExperts(few).runs_decode(2));
+  small.num_experts = small.num_local_experts = 4;
+  EXPECT_TRUE(CudaExperts(small).runs_decode(1));
+  EXPECT_FALSE(CudaExperts(small).runs_decode(2));
+  // DeepSeek-V3-sized experts (44 MB fp8): 8 pairs are 352 MB, past the bound even at M = 1.
+  MoEConfig big = qwen3_like(fp8);
+  big.num_experts = big.num_local_experts = 256;
+  big.hidden_size = 7168;
+  big.intermediate_size = 2048;
+  EXPECT_EQ(CudaExperts(big).max_decode_tokens(), 0);
+  EXPECT_FALSE(CudaExperts(big).runs_decode(1));
 }
 
 TEST(DecodeRoute, OnlyForTheConfigsItRuns) {

@@ -14,7 +14,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 
 #include "core/validate.h"
@@ -177,8 +176,6 @@ Sm90Experts::Sm90Experts(const MoEConfig& config, bool reduce_in_gemm2)
 }
 
 int64_t Sm90Experts::decode_rows_per_expert() const {
-  if (const char* x = std::getenv(is_fp8(config()) ? "MODMOE_X_SM90_ROWS_FP8" : "MODMOE_X_SM90_ROWS_BF16"))
-    return std::atoll(x);  // EXPERIMENT
   return is_fp8(config()) ? kDecodeRowsPerExpertFp8 : kDecodeRowsPerExpertBf16;
 }
 

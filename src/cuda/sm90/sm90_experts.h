@@ -43,17 +43,20 @@ class Sm90Experts final : public Experts {
   TopKWeightAndReducePtr finalize_weight_and_reduce_impl() const override;
   void apply(const Context& ctx, const ApplyArgs& args) override;
 
-  // Whether an apply of M tokens runs the portable CudaExperts pipeline instead: at most
+  // Whether an apply of M tokens runs the portable CudaExperts instead: where CudaExperts
+  // takes its decode path (decode_mlp.h), or its grouped pipeline with at most
   // decode_rows_per_expert() expected rows per expert (M * topk spread over the local experts).
-  // There the portable kernels' fused gather (no row copy before GEMM1) and 16-row tiles beat
-  // the Hopper path (H200, 2026-11-29, perf.md): bf16 up to 8 rows (Qwen3-30B-A3B M = 1 55.7 vs
-  // 62 us); fp8-block up to 2 (Qwen3.5-35B-A3B M = 1 37.7 vs 62 us; from 4 rows per expert
-  // DeepSeek-V3's large experts already ran 17 % faster on the Hopper kernel).
+  // bf16: up to 8 rows, where the portable kernels' fused gather (no row copy before GEMM1) and
+  // 16-row tiles beat the Hopper path (H200, 2026-11-29, perf.md: Qwen3-30B-A3B M = 1 55.7 vs
+  // 62 us; M = 16 204 vs 218 us on 2026-12-01). fp8-block: never (0 rows): since the fp8
+  // Hopper kernel's 2026-11-30 speedups it wins every M = 16 case (e.g. DeepSeek-V3 774 vs
+  // 862 us, 2026-12-01) and the M = 1 cases the decode path leaves to it (DeepSeek-V3 146 vs
+  // 166 us, Mixtral 162 vs 173 us).
   bool runs_portable(int64_t M) const;
-  int64_t max_portable_tokens() const;  // the largest M runs_portable takes (0: none)
+  int64_t max_portable_tokens() const;  // the largest M of the grouped rows rule (0: none)
   int64_t decode_rows_per_expert() const;
   static constexpr int64_t kDecodeRowsPerExpertBf16 = 8;
-  static constexpr int64_t kDecodeRowsPerExpertFp8 = 2;
+  static constexpr int64_t kDecodeRowsPerExpertFp8 = 0;
 
  private:
   bool reduce_in_gemm2_;
