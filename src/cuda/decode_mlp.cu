@@ -29,18 +29,15 @@
 namespace modmoe::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-// Registers capped at 128 per thread: 2 CTAs (16 warps) per SM keep enough loads in flight.
-constexpr int kMinCtasPerSm = 2;
-// A warp's batch is 8 loads of 16 bytes per lane: gate_up, 1 feature (its gate and up rows) x
-// 4 steps; down, 1 row x 8 (pair, step) units. A whole fp8 row of K = 2048, or all 8 pairs of
-// Qwen3.5's N = 512, is one batch: one memory round trip.
-constexpr int kFeaturesPerWarp = 1;  // gate_up: features per warp (2 weight rows each)
-constexpr int kGateUpSteps = 4;      // gate_up: steps of every row loaded together
-constexpr int kRowsPerWarp = 1;      // down: w2 rows per warp
-constexpr int kDownSteps = 8;        // down: (pair, step) units loaded together
-constexpr int kFillLoads = 4;        // down: rounds of h loads in flight while staging
+// Registers capped at 128 per thread: 4 CTAs (16 warps) per SM keep enough loads in flight.
+constexpr int kMinCtasPerSm = 4;
+constexpr int kFeaturesPerWarp = 2;  // gate_up: 2 features = 4 weight rows per warp
+constexpr int kGateUpSteps = 2;      // gate_up: steps of every row loaded together
+constexpr int kRowsPerWarp = 2;      // down: w2 rows per warp
+constexpr int kDownSteps = 4;        // down: (pair, step) units loaded together
+constexpr int kFillLoads = 8;        // down: rounds of h loads in flight while staging
 constexpr int kGroup = 128;          // fp8 scale group along a row
 // Shared memory a CTA may ask for: two CTAs per SM on every GPU from sm_80.
 constexpr size_t kMaxSharedBytes = 96 * 1024;
@@ -175,32 +172,20 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_gate_up_kernel
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) row[r] = w + row_index[r] * K;
-  const float* w_scale = nullptr;
-  if constexpr (kFp8)
-    w_scale = a.w13_scale + int64_t{e} * ceil_div(rows_per_expert, kGroup) * k_groups;
-  // kGateUpSteps steps of every row from element k0 (this lane's) on, zeros past K; for fp8
-  // with each 16-byte piece's weight scale (requested with it, not when it is used).
-  struct Batch {
-    uint4 raw[kGateUpSteps][kRows];
-    float scale[kGateUpSteps][kRows];
-  };
-  auto load_batch = [&](int64_t k0, Batch& b) {
+  // kGateUpSteps steps of every row from element k0 (this lane's) on; zeros past K.
+  auto load_batch = [&](int64_t k0, uint4 (&raw)[kGateUpSteps][kRows]) {
 #pragma unroll
     for (int s = 0; s < kGateUpSteps; ++s) {
       const int64_t k = k0 + int64_t{s} * 32 * kV;
-      const bool live = warp_has_rows && k < K;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        b.raw[s][r] = live ? __ldg(reinterpret_cast<const uint4*>(row[r] + k)) : uint4{};
-        if constexpr (kFp8)
-          b.scale[s][r] =
-              live ? __ldg(w_scale + (row_index[r] / kGroup) * k_groups + k / kGroup) : 0.0f;
-      }
+      for (int r = 0; r < kRows; ++r)
+        raw[s][r] = warp_has_rows && k < K ? __ldg(reinterpret_cast<const uint4*>(row[r] + k))
+                                           : uint4{};
     }
   };
   // The first weights are requested before the token row is staged: the round trips overlap.
-  Batch cur;
-  load_batch(int64_t{lane} * kV, cur);
+  uint4 raw[kGateUpSteps][kRows];
+  load_batch(int64_t{lane} * kV, raw);
 
   // The token row as fp32 (fp8: the e4m3 values; the group scale is applied per 16 values).
   const W* x_row = static_cast<const W*>(a.x) + t * K;
@@ -217,11 +202,14 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_gate_up_kernel
   }
   __syncthreads();
   if (!warp_has_rows) return;
+  const float* w_scale = nullptr;
+  if constexpr (kFp8)
+    w_scale = a.w13_scale + int64_t{e} * ceil_div(rows_per_expert, kGroup) * k_groups;
 
   // Software pipelined: the next batch is in flight while this one is multiplied.
   float acc[kRows] = {};
   for (int64_t k0 = int64_t{lane} * kV; k0 < K; k0 += kBatch) {
-    Batch next;
+    uint4 next[kGateUpSteps][kRows];
     load_batch(k0 + kBatch, next);
 #pragma unroll
     for (int s = 0; s < kGateUpSteps; ++s) {
@@ -230,13 +218,19 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_gate_up_kernel
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         float f[kV];
-        unpack(cur.raw[s][r], f, W{});
+        unpack(raw[s][r], f, W{});
         float p = dot_f32(f, x_s + k);
-        if constexpr (kFp8) p *= x_scale_s[k / kGroup] * cur.scale[s][r];
+        if constexpr (kFp8) {
+          const int64_t g = k / kGroup;
+          p *= x_scale_s[g] * __ldg(w_scale + (row_index[r] / kGroup) * k_groups + g);
+        }
         acc[r] += p;
       }
     }
-    cur = next;
+#pragma unroll
+    for (int s = 0; s < kGateUpSteps; ++s)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) raw[s][r] = next[s][r];
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = warp_sum(acc[r]);
@@ -258,26 +252,27 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_gate_up_kernel
 // operand row a2_s[j] (N values), its per-group factor fold_s[j][g] (the router weight, times
 // the group's fp8 scale when quantized) and its local expert.
 struct DownShared {
-  size_t fold_offset, expert_offset, weight_offset, bytes;
+  size_t fold_offset, expert_offset, bytes;
 };
 __host__ __device__ inline DownShared down_shared(int64_t topk, int64_t N) {
   DownShared s;
   const int64_t groups = (N + kGroup - 1) / kGroup;
   s.fold_offset = static_cast<size_t>((topk * N * 2 + 15) / 16 * 16);
   s.expert_offset = s.fold_offset + static_cast<size_t>(topk * groups * 4);
-  s.weight_offset = s.expert_offset + static_cast<size_t>(topk * 4);
-  s.bytes = s.weight_offset + static_cast<size_t>(topk * 4);
+  s.bytes = s.expert_offset + static_cast<size_t>(topk * 4);
   return s;
 }
 
 template <typename W>
 using OperandOf = std::conditional_t<std::is_same_v<W, uint8_t>, __half, W>;
 
-// Units u = (pair j, step s), j-major: a batch is kDownSteps consecutive units of every row
-// of a warp (zeros for units with nothing to do; the multiply skips them by the same test).
+// Units (pair j, step s), j-major, kDownSteps of them for every row of a warp: unit_j = -1 when
+// there is nothing to do (past the end, past N, or a pair of no local expert).
+template <typename W>
 struct DownBatch {
   uint4 raw[kDownSteps][kRowsPerWarp];
-  float scale[kDownSteps][kRowsPerWarp];  // fp8: the pieces' weight scales
+  int unit_j[kDownSteps];
+  int64_t unit_n[kDownSteps];
 };
 
 template <typename W, typename Out>
@@ -288,19 +283,17 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_down_kernel(co
   extern __shared__ float4 shared_raw[];
   char* base = reinterpret_cast<char*>(shared_raw);
   const int64_t K = a.K, N = a.N, topk = a.topk, t = blockIdx.x;
+  const int64_t n_groups = ceil_div(N, kGroup);
   const DownShared layout = down_shared(topk, N);
   S* a2_s = reinterpret_cast<S*>(base);
   float* fold_s = reinterpret_cast<float*>(base + layout.fold_offset);
   int32_t* expert_s = reinterpret_cast<int32_t*>(base + layout.expert_offset);
-  float* weight_s = reinterpret_cast<float*>(base + layout.weight_offset);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   // The routing was written before gate_up was launched (which launched this grid): it may be
   // read before the wait; h may not.
-  for (int64_t j = threadIdx.x; j < topk; j += kThreads) {
+  for (int64_t j = threadIdx.x; j < topk; j += kThreads)
     expert_s[j] = local_expert(a, t * topk + j);
-    weight_s[j] = a.topk_weights ? a.topk_weights[t * topk + j] : 1.0f;
-  }
   __syncthreads();
 
   const int64_t k_first = (int64_t{blockIdx.y} * kWarps + warp) * kRowsPerWarp;
@@ -311,35 +304,24 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_down_kernel(co
   const int steps = static_cast<int>(ceil_div(N, int64_t{32} * kV));  // per pair
   const int units = static_cast<int>(topk) * steps;
   const W* w2 = static_cast<const W*>(a.w2);
-  const int64_t n_groups = ceil_div(N, kGroup), w2_scale_rows = ceil_div(K, kGroup);
-  // Unit u's pair and this lane's first column; whether it has work.
-  auto unit_pair = [&](int u) { return u / steps; };
-  auto unit_col = [&](int u) { return (u % steps) * 32 * kV + lane * kV; };
-  auto unit_live = [&](int u) {
-    return u < units && unit_col(u) < N && expert_s[unit_pair(u)] < a.num_local_experts;
-  };
-  auto load_batch = [&](int u0, DownBatch& b) {
+  auto load_batch = [&](int u0, DownBatch<W>& b) {
 #pragma unroll
     for (int i = 0; i < kDownSteps; ++i) {
-      const int u = u0 + i, j = unit_pair(u), n = unit_col(u);
-      const bool live = warp_has_rows && unit_live(u);
+      const int u = u0 + i, j = u / steps;
+      b.unit_n[i] = int64_t{u % steps} * 32 * kV + int64_t{lane} * kV;
+      const bool live = warp_has_rows && u < units && b.unit_n[i] < N &&
+                        expert_s[j] < a.num_local_experts;
+      b.unit_j[i] = live ? j : -1;
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         b.raw[i][r] = live ? __ldg(reinterpret_cast<const uint4*>(
-                                 w2 + (int64_t{expert_s[j]} * K + k_row[r]) * N + n))
+                                 w2 + (int64_t{expert_s[j]} * K + k_row[r]) * N + b.unit_n[i]))
                            : uint4{};
-        if constexpr (kFp8) {
-          b.scale[i][r] =
-              live ? __ldg(a.w2_scale +
-                           (int64_t{expert_s[j]} * w2_scale_rows + k_row[r] / kGroup) * n_groups +
-                           n / kGroup)
-                   : 0.0f;
-        }
       }
     }
   };
   // The first weights are requested before waiting for gate_up: they do not depend on it.
-  DownBatch cur;
+  DownBatch<W> cur;
   load_batch(0, cur);
   wait_for_prerequisite_grids();
 
@@ -379,7 +361,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_down_kernel(co
           dst[2] = __float2half_rn(e4m3_value(hi & 0xffu));
           dst[3] = __float2half_rn(e4m3_value(hi >> 8));
         }
-        if (lane == 0) fold_s[j * n_groups + g] = weight_s[j] * scale;
+        if (lane == 0) {
+          const float w = a.topk_weights ? a.topk_weights[t * topk + j] : 1.0f;
+          fold_s[j * n_groups + g] = w * scale;
+        }
       }
     }
   } else {
@@ -403,21 +388,23 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_down_kernel(co
         a2_s[i + 3] = from_float<S>(v[r].w);
       }
     }
-    for (int64_t j = threadIdx.x; j < topk; j += kThreads) fold_s[j] = weight_s[j];
+    for (int64_t j = threadIdx.x; j < topk; j += kThreads)
+      fold_s[j] = a.topk_weights ? a.topk_weights[t * topk + j] : 1.0f;
   }
   __syncthreads();
   if (!warp_has_rows) return;
 
   // Software pipelined: the next batch is in flight while this one is multiplied.
+  const int64_t w2_scale_rows = ceil_div(K, kGroup);
   float acc[kRowsPerWarp] = {};
   for (int u0 = 0; u0 < units; u0 += kDownSteps) {
-    DownBatch next;
+    DownBatch<W> next;
     load_batch(u0 + kDownSteps, next);
 #pragma unroll
     for (int i = 0; i < kDownSteps; ++i) {
-      const int u = u0 + i;
-      if (!unit_live(u)) continue;
-      const int j = unit_pair(u), n = unit_col(u);
+      const int j = cur.unit_j[i];
+      if (j < 0) continue;
+      const int64_t n = cur.unit_n[i];
       const int64_t g = kFp8 ? n / kGroup : 0;
       const float fold = fold_s[j * (kFp8 ? n_groups : 1) + g];
 #pragma unroll
@@ -425,7 +412,11 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_down_kernel(co
         float f[kV];
         unpack(cur.raw[i][r], f, W{});
         float p = dot_16(f, a2_s + j * N + n) * fold;
-        if constexpr (kFp8) p *= cur.scale[i][r];
+        if constexpr (kFp8) {
+          p *= __ldg(a.w2_scale + (int64_t{expert_s[j]} * w2_scale_rows + k_row[r] / kGroup) *
+                                      n_groups +
+                     g);
+        }
         acc[r] += p;
       }
     }
