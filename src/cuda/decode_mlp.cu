@@ -130,11 +130,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __device__ __forceinline__ int32_t local_expert(const DecodeMlpArgs& a, int64_t pair) {
   const int32_t E_local = static_cast<int32_t>(a.num_local_experts);
-  return a.ids_dtype == DType::int64
-             ? pair_key(static_cast<const int64_t*>(a.topk_ids), pair, a.expert_map,
-                        a.num_experts, E_local)
-             : pair_key(static_cast<const int32_t*>(a.topk_ids), pair, a.expert_map,
-                        a.num_experts, E_local);
+  return a.ids_dtype == DType::int64 ? pair_key(static_cast<const int64_t*>(a.topk_ids), pair,
+                                                a.expert_map, a.num_experts, E_local)
+                                     : pair_key(static_cast<const int32_t*>(a.topk_ids), pair,
+                                                a.expert_map, a.num_experts, E_local);
 }
 
 // ---- gate_up ------------------------------------------------------------------------------------
@@ -142,7 +141,8 @@ __device__ __forceinline__ int32_t local_expert(const DecodeMlpArgs& a, int64_t 
 // grid (M * topk, ceil(N / (kWarps * kFeaturesPerWarp))). Shared: the token row (K fp32) and,
 // for fp8, its group scales (ceil(K / 128) fp32).
 template <typename W>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_gate_up_kernel(const DecodeMlpArgs a) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+    decode_gate_up_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
   constexpr int kV = WeightVector<W>::kValues;
   constexpr int kRows = 2 * kFeaturesPerWarp;
@@ -173,14 +173,14 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_gate_up_kernel
 #pragma unroll
   for (int r = 0; r < kRows; ++r) row[r] = w + row_index[r] * K;
   // kGateUpSteps steps of every row from element k0 (this lane's) on; zeros past K.
-  auto load_batch = [&](int64_t k0, uint4 (&raw)[kGateUpSteps][kRows]) {
+  auto load_batch = [&](int64_t k0, uint4(&raw)[kGateUpSteps][kRows]) {
 #pragma unroll
     for (int s = 0; s < kGateUpSteps; ++s) {
       const int64_t k = k0 + int64_t{s} * 32 * kV;
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
-        raw[s][r] = warp_has_rows && k < K ? __ldg(reinterpret_cast<const uint4*>(row[r] + k))
-                                           : uint4{};
+        raw[s][r] =
+            warp_has_rows && k < K ? __ldg(reinterpret_cast<const uint4*>(row[r] + k)) : uint4{};
     }
   };
   // The first weights are requested before the token row is staged: the round trips overlap.
@@ -276,7 +276,8 @@ struct DownBatch {
 };
 
 template <typename W, typename Out>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_down_kernel(const DecodeMlpArgs a) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+    decode_down_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
   constexpr int kV = WeightVector<W>::kValues;
   using S = OperandOf<W>;
@@ -309,8 +310,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_down_kernel(co
     for (int i = 0; i < kDownSteps; ++i) {
       const int u = u0 + i, j = u / steps;
       b.unit_n[i] = int64_t{u % steps} * 32 * kV + int64_t{lane} * kV;
-      const bool live = warp_has_rows && u < units && b.unit_n[i] < N &&
-                        expert_s[j] < a.num_local_experts;
+      const bool live =
+          warp_has_rows && u < units && b.unit_n[i] < N && expert_s[j] < a.num_local_experts;
       b.unit_j[i] = live ? j : -1;
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -348,8 +349,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_down_kernel(co
         const int64_t u = u0 + int64_t{i} * kWarps, j = u / n_groups, g = u % n_groups,
                       n = g * kGroup + lane * 4;
         if (u >= tasks || expert_s[j] >= a.num_local_experts) continue;  // warp-uniform
-        uint32_t amax = max(max(abs_bits(v[i].x), abs_bits(v[i].y)),
-                            max(abs_bits(v[i].z), abs_bits(v[i].w)));
+        uint32_t amax =
+            max(max(abs_bits(v[i].x), abs_bits(v[i].y)), max(abs_bits(v[i].z), abs_bits(v[i].w)));
         amax = __reduce_max_sync(0xffffffffu, amax);
         const float scale = fp8_scale_for_amax(__uint_as_float(amax));
         if (n < N) {
@@ -413,9 +414,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) decode_down_kernel(co
         unpack(cur.raw[i][r], f, W{});
         float p = dot_16(f, a2_s + j * N + n) * fold;
         if constexpr (kFp8) {
-          p *= __ldg(a.w2_scale + (int64_t{expert_s[j]} * w2_scale_rows + k_row[r] / kGroup) *
-                                      n_groups +
-                     g);
+          p *= __ldg(a.w2_scale +
+                     (int64_t{expert_s[j]} * w2_scale_rows + k_row[r] / kGroup) * n_groups + g);
         }
         acc[r] += p;
       }
@@ -480,8 +480,7 @@ bool programmatic_launch_available() {
   }();
   int device = 0, major = 0;
   return env_allows && cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
-             cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
          major >= 9;
 }
 
@@ -519,8 +518,8 @@ void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
   // side, so pairs that share an expert read its rows while they are in the L2.
   MODMOE_CHECK(ceil_div(a.N, kWarps * kFeaturesPerWarp) <= 65535 &&
                ceil_div(a.K, kWarps * kRowsPerWarp) <= 65535)
-      << "decode_mlp: K and N must be <= " << 65535 * kWarps * kRowsPerWarp << " (grid.y), got K = "
-      << a.K << ", N = " << a.N;
+      << "decode_mlp: K and N must be <= " << 65535 * kWarps * kRowsPerWarp
+      << " (grid.y), got K = " << a.K << ", N = " << a.N;
   const dim3 gate_up_grid(static_cast<unsigned>(a.M * a.topk),
                           static_cast<unsigned>(ceil_div(a.N, kWarps * kFeaturesPerWarp)));
   const dim3 down_grid(static_cast<unsigned>(a.M),
@@ -528,8 +527,7 @@ void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
   const bool programmatic = programmatic_launch_available();
   dispatch_weight(a.w_dtype, [&](auto w_tag) {
     using W = typename decltype(w_tag)::type;
-    launch(decode_gate_up_kernel<W>, gate_up_grid, gate_up_shared_bytes(a.K), a, false,
-           stream);
+    launch(decode_gate_up_kernel<W>, gate_up_grid, gate_up_shared_bytes(a.K), a, false, stream);
     // Unquantized, the output dtype is the weights' (in_dtype); fp8 writes any of the three.
     if constexpr (std::is_same_v<W, uint8_t>) {
       dispatch_float_io(a.out_dtype, "decode_mlp", [&](auto out_tag) {
@@ -541,8 +539,8 @@ void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
       MODMOE_CHECK(a.out_dtype == a.w_dtype)
           << "decode_mlp: unquantized, out_dtype must be the weights' dtype "
           << dtype_name(a.w_dtype) << ", got " << dtype_name(a.out_dtype);
-      launch(decode_down_kernel<W, W>, down_grid, down_shared(a.topk, a.N).bytes, a,
-             programmatic, stream);
+      launch(decode_down_kernel<W, W>, down_grid, down_shared(a.topk, a.N).bytes, a, programmatic,
+             stream);
     }
   });
 }

@@ -61,7 +61,7 @@ struct DecodeMlpArgs {
   DType w_dtype = DType::bf16;
   Activation activation = Activation::silu;  // gated
   GatedLayout gated_layout = GatedLayout::GateUp;
-  float* h = nullptr;  // workspace (M * topk, N) fp32
+  float* h = nullptr;   // workspace (M * topk, N) fp32
   void* out = nullptr;  // (M, K) in out_dtype (bf16, fp16, fp32)
   DType out_dtype = DType::bf16;
 };

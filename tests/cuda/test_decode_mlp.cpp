@@ -101,8 +101,7 @@ INSTANTIATE_TEST_SUITE_P(
         DecodeCase{"bf16_router_weight_on_input", bf16, none, silu, gate_up, 6, 1, 8, 8, 256, 128,
                    false, true},
         // 40 tokens x 4 over 8 experts: ~20 pairs per expert, the same weights read by many CTAs.
-        DecodeCase{"bf16_many_pairs_per_expert", bf16, none, silu, gate_up, 40, 4, 8, 8, 256,
-                   128},
+        DecodeCase{"bf16_many_pairs_per_expert", bf16, none, silu, gate_up, 40, 4, 8, 8, 256, 128},
         DecodeCase{"fp8_many_pairs_per_expert", bf16, fp8, silu, interleaved, 40, 4, 8, 8, 256,
                    256},
         // topk * N * 2 bytes = 64 KiB of shared operand: above the 48 KiB default (opt-in).
@@ -152,8 +151,8 @@ TEST(DecodeRoute, AtMostOnePairPerLocalExpertAndABoundedWeightStream) {
 }
 
 TEST(DecodeRoute, OnlyForTheConfigsItRuns) {
-  MoEConfig mx = qwen3_like(QuantScheme::mxfp8), no_mul = qwen3_like(none),
-            odd = qwen3_like(none), token = qwen3_like(QuantScheme::fp8_token);
+  MoEConfig mx = qwen3_like(QuantScheme::mxfp8), no_mul = qwen3_like(none), odd = qwen3_like(none),
+            token = qwen3_like(QuantScheme::fp8_token);
   no_mul.activation = Activation::silu_no_mul;
   odd.intermediate_size = 200;  // not a multiple of 16
   for (const MoEConfig& c : {mx, no_mul, odd, token}) {
@@ -176,9 +175,8 @@ TEST(DecodeRoute, WorkspaceHoldsTheIntermediate) {
   c.intermediate_size = 4096;  // topk * N * 2 bytes = 64 KiB of shared operand: still decodes
   const CudaExperts experts(c);
   ASSERT_TRUE(experts.runs_decode(1));
-  const WorkspaceShapes w = experts.workspace_shapes(1, c.intermediate_size, c.hidden_size,
-                                                     c.topk, c.num_experts, c.num_local_experts,
-                                                     nullptr);
+  const WorkspaceShapes w = experts.workspace_shapes(1, c.intermediate_size, c.hidden_size, c.topk,
+                                                     c.num_experts, c.num_local_experts, nullptr);
   EXPECT_GE(shape_numel(w.workspace13), c.topk * c.intermediate_size * 4);
 }
 
