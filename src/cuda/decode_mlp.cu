@@ -39,7 +39,8 @@ constexpr int kRowsPerWarp = 2;      // down: w2 rows per warp
 constexpr int kDownSteps = 4;        // down: (pair, step) units loaded together
 constexpr int kFillLoads = 8;        // down: rounds of h loads in flight while staging
 constexpr int kGroup = 128;          // fp8 scale group along a row
-// Shared memory a CTA may ask for: two CTAs per SM on every GPU from sm_80.
+// Shared memory a CTA may ask for: within the per-block limit of every GPU from sm_80 (99 KiB on
+// sm_86 / sm_89); above 48 KiB the kernel opts in (launch()).
 constexpr size_t kMaxSharedBytes = 96 * 1024;
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -268,7 +269,6 @@ using OperandOf = std::conditional_t<std::is_same_v<W, uint8_t>, __half, W>;
 
 // Units (pair j, step s), j-major, kDownSteps of them for every row of a warp: unit_j = -1 when
 // there is nothing to do (past the end, past N, or a pair of no local expert).
-template <typename W>
 struct DownBatch {
   uint4 raw[kDownSteps][kRowsPerWarp];
   int unit_j[kDownSteps];
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   const int steps = static_cast<int>(ceil_div(N, int64_t{32} * kV));  // per pair
   const int units = static_cast<int>(topk) * steps;
   const W* w2 = static_cast<const W*>(a.w2);
-  auto load_batch = [&](int u0, DownBatch<W>& b) {
+  auto load_batch = [&](int u0, DownBatch& b) {
 #pragma unroll
     for (int i = 0; i < kDownSteps; ++i) {
       const int u = u0 + i, j = u / steps;
@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     }
   };
   // The first weights are requested before waiting for gate_up: they do not depend on it.
-  DownBatch<W> cur;
+  DownBatch cur;
   load_batch(0, cur);
   wait_for_prerequisite_grids();
 
@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   const int64_t w2_scale_rows = ceil_div(K, kGroup);
   float acc[kRowsPerWarp] = {};
   for (int u0 = 0; u0 < units; u0 += kDownSteps) {
-    DownBatch<W> next;
+    DownBatch next;
     load_batch(u0 + kDownSteps, next);
 #pragma unroll
     for (int i = 0; i < kDownSteps; ++i) {

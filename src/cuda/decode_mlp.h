@@ -22,6 +22,11 @@
 // weights before staging their vector operand, and keep the next batch in flight while
 // multiplying the current one.
 //
+// Measured on the H200 (docs/perf.md, "Fifth session"): 0.74-0.94x the grouped path's time for
+// the M = 1 layers of Qwen3, Qwen3.5 and gpt-oss bf16, but the kernels stream at only 10-87 %
+// of the read bandwidth (down, and fp8, the slowest), so big layers stay on the grouped paths
+// (CudaExperts' rule, cuda_experts.h).
+//
 // Each weight row a CTA needs is read once per pair: a pair's expert is read again by every
 // other pair routed to it, which at <= 1 pair per expert mostly hits the L2 (those CTAs run
 // side by side). Everything is deterministic (fixed summation order, no atomics), stream
@@ -32,6 +37,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "modmoe/activation.h"
 #include "modmoe/dtype.h"
