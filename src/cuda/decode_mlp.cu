@@ -52,23 +52,25 @@ struct WeightVector {
   static constexpr int kValues = 16 / sizeof(W);
 };
 
-__device__ __forceinline__ void unpack(const uint4& raw, float (&f)[8], __nv_bfloat16) {
-  const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&raw);
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+__device__ __forceinline__ float2 to_float2(__half2 v) { return __half22float2(v); }
+
+// 8 bf16 or fp16 values (T2 = their pair type).
+template <typename T2>
+__device__ __forceinline__ void unpack_pairs(const uint4& raw, float (&f)[8]) {
+  const T2* v = reinterpret_cast<const T2*>(&raw);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 p = __bfloat1622float2(v[i]);
+    const float2 p = to_float2(v[i]);
     f[2 * i] = p.x;
     f[2 * i + 1] = p.y;
   }
 }
+__device__ __forceinline__ void unpack(const uint4& raw, float (&f)[8], __nv_bfloat16) {
+  unpack_pairs<__nv_bfloat162>(raw, f);
+}
 __device__ __forceinline__ void unpack(const uint4& raw, float (&f)[8], __half) {
-  const __half2* v = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = __half22float2(v[i]);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
+  unpack_pairs<__half2>(raw, f);
 }
 // e4m3 codes through the hardware pair conversion to fp16 (exact), then fp32.
 __device__ __forceinline__ void unpack(const uint4& raw, float (&f)[16], uint8_t) {
