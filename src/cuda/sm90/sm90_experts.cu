@@ -35,8 +35,11 @@ namespace modmoe::cuda {
 namespace {
 
 bool is_fp8(const MoEConfig& c) { return c.quant.scheme == QuantScheme::fp8_block; }
-// Group-128 scales per row of `cols` columns (the last group may be partial).
-int64_t scale_groups(int64_t cols) { return (cols + kBlockSize - 1) / kBlockSize; }
+// The group-128 scales of `rows` rows of `cols` fp8 values (act_scale_shape: the last group of
+// a row may be partial).
+int64_t scale_count(int64_t rows, int64_t cols) {
+  return shape_numel(act_scale_shape(QuantScheme::fp8_block, rows, cols));
+}
 DType operand_dtype(const MoEConfig& c) { return is_fp8(c) ? DType::fp8_e4m3 : DType::bf16; }
 
 // GEMM2's operand: (rows, N) in the operand dtype, with its group-128 scales when fp8.
@@ -49,7 +52,7 @@ Intermediate carve_intermediate(const MoEConfig& c, int64_t rows, ByteCarver& ca
   const int64_t N = c.intermediate_size;
   Intermediate m;
   m.a2 = carver.take_bytes(static_cast<size_t>(rows * N) * dtype_size(operand_dtype(c)));
-  if (is_fp8(c)) m.a2_scale = carver.take<float>(rows * scale_groups(N));
+  if (is_fp8(c)) m.a2_scale = carver.take<float>(scale_count(rows, N));
   return m;
 }
 
@@ -118,7 +121,7 @@ StandardLayout standard_layout(const MoEConfig& c, int64_t M, bool reduce_in_gem
   ByteCarver c2(ws2), c13(ws13);
   l.perm = PermuteWorkspace::carve(c2, P, c.num_local_experts);
   l.a = c2.take_bytes(static_cast<size_t>(P * K) * dtype_size(operand_dtype(c)));
-  if (is_fp8(c)) l.a_scale = c2.take<float>(P * scale_groups(K));
+  if (is_fp8(c)) l.a_scale = c2.take<float>(scale_count(P, K));
   l.mid = carve_intermediate(c, P, c2);
   l.y = c13.take<float>((reduce_in_gemm2 ? M : P) * K);
   l.ws13_bytes = c13.size();
@@ -197,8 +200,9 @@ WorkspaceShapes Sm90Experts::workspace_shapes(int64_t M, int64_t N, int64_t K, i
   const StandardLayout l = standard_layout(config(), M, reduce_in_gemm2_, nullptr, nullptr);
   size_t ws13 = l.ws13_bytes, ws2 = l.ws2_bytes;
   if (portable_) {
-    // An apply of up to M tokens may take the portable pipeline, but only one of at most
-    // max_portable_tokens(): its workspace for that many.
+    // An apply of up to M tokens may take the portable CudaExperts, but only one of at most
+    // max_portable_tokens() (its grouped pipeline) or max_decode_tokens() (its decode path)
+    // tokens: its workspace for that many.
     const int64_t M_portable =
         std::min(M, std::max(max_portable_tokens(), portable_->max_decode_tokens()));
     const WorkspaceShapes w = portable_->workspace_shapes(M_portable, N, K, topk, E, E_local, meta);
@@ -242,7 +246,7 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
     batched_gather_rows(a.hidden_states.data(), row_bytes, l.a, row_bytes, row_bytes,
                         l.perm.sorted_token, P, stream);
     if (is_fp8(c)) {
-      const int64_t scale_bytes = scale_groups(K) * 4;
+      const int64_t scale_bytes = scale_count(1, K) * 4;
       batched_gather_rows(a.a1q_scale.data(), scale_bytes, l.a_scale, scale_bytes, scale_bytes,
                           l.perm.sorted_token, P, stream);
     }
