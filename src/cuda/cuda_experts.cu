@@ -261,13 +261,14 @@ int64_t CudaExperts::max_decode_tokens() const {
   const MoEConfig& c = config();
   if (decode_ == DecodePath::never || !decode_mlp_config_fits(c)) return 0;
   if (decode_ == DecodePath::always) return INT64_MAX;
-  // At most one pair per local expert on average, and at most kMaxDecodeWeightBytes of expert
-  // weights streamed (an upper bound: pairs x one expert's weights).
+  // One token always; more while there is at most one pair per local expert on average and at
+  // most kMaxDecodeWeightBytes of expert weights streamed (an upper bound: pairs x one
+  // expert's weights).
   const int64_t weight_bytes =
       c.quant.quantized() ? 1 : static_cast<int64_t>(dtype_size(c.in_dtype));
   const int64_t expert_bytes = (c.w13_rows() + c.intermediate_size) * c.hidden_size * weight_bytes;
   const int64_t by_bytes = kMaxDecodeWeightBytes / std::max<int64_t>(1, c.topk * expert_bytes);
-  return std::min(std::max<int64_t>(1, c.num_local_experts / c.topk), by_bytes);
+  return std::max<int64_t>(1, std::min(c.num_local_experts / c.topk, by_bytes));
 }
 
 bool CudaExperts::runs_decode(int64_t M) const { return M <= max_decode_tokens(); }

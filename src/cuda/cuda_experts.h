@@ -26,13 +26,13 @@ namespace modmoe::cuda {
 //
 // Decode-sized applies of the configs decode_mlp runs (gated; none or dynamic fp8_block; K, N
 // multiples of 16) take the decode path instead (decode_mlp.h): two kernels, no permute. Decode
-// sized: at most one pair per local expert on average (M * topk <= E_local) and at most
-// kMaxDecodeWeightBytes of expert weights (M * topk * one expert's w13 + w2). The decode path
-// launches ~4 fewer kernels than the grouped pipeline but streams weights less well than the
-// Hopper kernel (10-87 % of the read bandwidth, fp8 and the down kernel the lowest);
-// on the H200 (2026-12-01, docs/perf.md) they win the M = 1 layer up to gpt-oss-120b bf16's
-// 199 MB (78 vs 83 us) and lose from DeepSeek-V3 fp8's 352 MB (186 vs 146 us on the Hopper
-// path), so the bound is 256 MiB (~60 us of streaming).
+// sized: one token (its topk experts are distinct, so no weight is read twice), or at most one
+// pair per local expert on average (M * topk <= E_local) and at most kMaxDecodeWeightBytes of
+// expert weights (M * topk * one expert's w13 + w2). On the H200 (2026-12-01, docs/perf.md) the
+// decode path wins the M = 1 layer of every standard model but DeepSeek-V3 bf16 (1.03x the
+// Hopper path's time), from 0.71x (Qwen3 fp8) to 0.91x (Mixtral bf16), and loses at M = 16
+// (Qwen3 fp8 1.30x, Qwen3.5 fp8 1.15x: pairs share experts, and each pair reads its own), where
+// the byte bound keeps the grouped paths.
 class CudaExperts final : public Experts {
  public:
   // When the decode path runs: `automatic` as above; `never` and `always` (every M, for

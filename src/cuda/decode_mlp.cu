@@ -1,13 +1,25 @@
 // The decode path's two kernels (see decode_mlp.h).
 //
-// Both are weight-streaming dot products: a warp owns a few weight rows, each lane 16 bytes of
-// each row per step (8 bf16/fp16 or 16 e4m3 values), and the loads of several steps and rows
-// are issued before any of them is used, so each lane keeps ~8 x 16 bytes in flight (what the
-// bandwidth needs: ~30 KB per SM at ~1 us of latency). The vector the rows are multiplied with
-// sits in shared memory as fp32 (gate_up: the token row) or 16-bit values (down: the topk
-// intermediate rows; fp8 values are exact in fp16). fp8 products are summed per lane in fp32 on
-// the e4m3 values themselves (exact products) and scaled once per 16 values, whose group of 128
-// along the row gives the scales.
+// Both are weight-streaming matrix-vector products built the same way:
+//
+//   * A CTA owns one 16-row tile of the output (gate_up: the gate and up rows of 8 features of a
+//     pair; down: 16 output rows of a token) and its warps split the reduction (K, or the
+//     token's (pair, N) ranges) into stages taken round-robin. The warps' partial sums meet in
+//     shared memory at the end, in warp order: deterministic.
+//   * The weights go through a per-warp ring of cp.async stages in shared memory. Each lane
+//     copies its own 16-byte chunks and reads back only those (so no barrier guards the ring),
+//     and the copies of several stages are in flight while one is multiplied: the bytes in
+//     flight cost shared memory, not registers. (The first version kept them in registers, and
+//     its copy of the next batch into the current one waited for the loads: one batch in flight,
+//     10-60 % of the read bandwidth; docs/perf.md.)
+//   * The products run on the tensor cores: mma.sync m16n8k16 with the 16 weight rows as A and
+//     the vector as every column of B. The k order inside an MMA is free, so lane (g, t) feeds
+//     the 16 contiguous bytes it loaded of rows g and g + 8 (a quad of lanes covers 64 contiguous
+//     bytes of 8 rows per load) and the vector's values at the same k; every column of D is the
+//     tile's result. fp8 weights become fp16 pairs exactly (one conversion per 2 values, instead
+//     of a conversion and an FMA per value on the CUDA cores), the vector is stored as fp16 (fp8
+//     values are exact in fp16) or in the weights' 16-bit dtype, and the fp8 group scales are
+//     applied once per stage: a stage of fp8 is 128 values along the row, one scale group.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -22,6 +34,7 @@
 #include "cuda/decode_mlp.h"
 #include "cuda/float_io.cuh"
 #include "cuda/fp8_codec.cuh"
+#include "cuda/grouped_gemm_ptx.cuh"
 #include "cuda/pair_key.cuh"
 #include "modmoe/error.h"
 #include "modmoe/quant.h"
@@ -29,92 +42,169 @@
 namespace modmoe::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
-// Registers capped at 128 per thread: 4 CTAs (16 warps) per SM keep enough loads in flight.
-constexpr int kMinCtasPerSm = 4;
-constexpr int kFeaturesPerWarp = 2;  // gate_up: 2 features = 4 weight rows per warp
-constexpr int kGateUpSteps = 2;      // gate_up: steps of every row loaded together
-constexpr int kRowsPerWarp = 2;      // down: w2 rows per warp
-constexpr int kDownSteps = 4;        // down: (pair, step) units loaded together
-constexpr int kFillLoads = 8;        // down: rounds of h loads in flight while staging
-constexpr int kGroup = 128;          // fp8 scale group along a row
-// Shared memory a CTA may ask for: within the per-block limit of every GPU from sm_80 (99 KiB on
-// sm_86 / sm_89); above 48 KiB the kernel opts in (launch()).
+using gemm::cp_async_16;
+using gemm::cp_async_commit;
+using gemm::cp_async_wait_pending;
+using gemm::shared_address;
+
+constexpr int kGroup = 128;      // fp8 scale group along a row
+constexpr int kTileRows = 16;    // output rows of a CTA: the M of one m16n8k16 MMA
+constexpr int kStageChunks = 4;  // 16-byte chunks a lane copies per stage: 2 steps x 2 rows
+constexpr int kGateUpWarps = 4;
+constexpr int kMaxWarps = 16;    // down
+constexpr int kFillLoads = 8;    // down: rounds of h loads in flight while staging
+// The shared memory of a CTA every GPU from sm_80 grants (99 KiB per block on sm_86 / sm_89):
+// a config the decode path accepts runs with at most this much (decode_mlp_config_fits); the
+// launch takes what the device gives (device_limits()), opting in above 48 KiB (launch()).
 constexpr size_t kMaxSharedBytes = 96 * 1024;
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// ---- 16 bytes of weights as fp32 --------------------------------------------------------------
+// The reduction geometry of weight type W. A step is what one load of a lane quad covers along
+// a row (4 lanes x 16 bytes); a stage is two steps (fp8: 128 values, one scale group).
+template <typename W>
+struct Span {
+  static constexpr int kValues = 16 / static_cast<int>(sizeof(W));  // per 16-byte chunk
+  static constexpr int kStep = 4 * kValues;
+  static constexpr int kStage = 2 * kStep;
+};
+__host__ __device__ constexpr int stage_span(size_t weight_bytes) {
+  return weight_bytes == 1 ? 128 : 64;
+}
+
+// The vector operand's 16-bit type: fp16 for fp8 weights (e4m3 values are exact in fp16),
+// else the weights' own.
+template <typename W>
+using OperandOf = std::conditional_t<std::is_same_v<W, uint8_t>, __half, W>;
+
+// ---- one step of the tile's MMAs ----------------------------------------------------------------
+
+// d += A * B over one step: lo / hi are the 16 bytes this lane loaded of rows g and g + 8, b the
+// vector's values at the same k (kValues 16-bit values, as 32-bit pairs).
+__device__ __forceinline__ uint32_t e4m3x2_to_half2(uint32_t two_codes) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
+  return uint32_t{h.x} | (uint32_t{h.y} << 16);
+}
 
 template <typename W>
-struct WeightVector {
-  static constexpr int kValues = 16 / sizeof(W);
-};
-
-__device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
-__device__ __forceinline__ float2 to_float2(__half2 v) { return __half22float2(v); }
-
-// 8 bf16 or fp16 values (T2 = their pair type).
-template <typename T2>
-__device__ __forceinline__ void unpack_pairs(const uint4& raw, float (&f)[8]) {
-  const T2* v = reinterpret_cast<const T2*>(&raw);
+__device__ __forceinline__ void mma_step(float (&d)[4], const uint4& lo, const uint4& hi,
+                                         const uint32_t* b) {
+  const uint32_t* l = reinterpret_cast<const uint32_t*>(&lo);
+  const uint32_t* h = reinterpret_cast<const uint32_t*>(&hi);
+  if constexpr (std::is_same_v<W, uint8_t>) {
+    // Word i holds values 4i .. 4i + 3: MMA i takes them as its k slots (2t, 2t+1 | 2t+8, 2t+9).
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = to_float2(v[i]);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
-__device__ __forceinline__ void unpack(const uint4& raw, float (&f)[8], __nv_bfloat16) {
-  unpack_pairs<__nv_bfloat162>(raw, f);
-}
-__device__ __forceinline__ void unpack(const uint4& raw, float (&f)[8], __half) {
-  unpack_pairs<__half2>(raw, f);
-}
-// e4m3 codes through the hardware pair conversion to fp16 (exact), then fp32.
-__device__ __forceinline__ void unpack(const uint4& raw, float (&f)[16], uint8_t) {
-  const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&raw);
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t a[4] = {e4m3x2_to_half2(l[i] & 0xffffu), e4m3x2_to_half2(h[i] & 0xffffu),
+                             e4m3x2_to_half2(l[i] >> 16), e4m3x2_to_half2(h[i] >> 16)};
+      const uint32_t bb[2] = {b[2 * i], b[2 * i + 1]};
+      gemm::mma_fp16_16816(d, a, bb, d);
+    }
+  } else {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3);
-    const float2 p = __half22float2(__half2(h));
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t a[4] = {l[2 * i], h[2 * i], l[2 * i + 1], h[2 * i + 1]};
+      const uint32_t bb[2] = {b[2 * i], b[2 * i + 1]};
+      if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+        gemm::mma_bf16_16816(d, a, bb, d);
+      } else {
+        gemm::mma_fp16_16816(d, a, bb, d);
+      }
+    }
   }
 }
 
-// sum_i f[i] * v[i] with v read from shared memory at `v`.
-template <int kValues>
-__device__ __forceinline__ float dot_f32(const float (&f)[kValues], const float* v) {
+// This lane's kValues vector values at element k of a 16-bit operand row in shared memory.
+template <typename W>
+__device__ __forceinline__ void load_operand(const OperandOf<W>* v, int64_t k,
+                                             uint32_t (&b)[Span<W>::kValues / 2]) {
+  const uint4* src = reinterpret_cast<const uint4*>(v + k);
+#pragma unroll
+  for (int i = 0; i < Span<W>::kValues / 8; ++i) {
+    const uint4 q = src[i];
+    b[4 * i] = q.x, b[4 * i + 1] = q.y, b[4 * i + 2] = q.z, b[4 * i + 3] = q.w;
+  }
+}
+
+// ---- the per-warp cp.async ring ---------------------------------------------------------------
+
+// A warp's ring: kStages slots of kStageChunks x 32 chunks; lane l's chunk c of slot s at
+// [s][c][l], so a warp's reads and copies of one chunk are 512 contiguous bytes (no conflicts).
+// The depth is a compile-time constant: the wait is one instruction (a runtime depth went
+// through a switch, and with the per-stage index arithmetic the loop was bound by its own
+// instructions, not by memory; ncu, docs/perf.md).
+constexpr int kStages = 4;
+constexpr size_t kRingBytesPerWarp = size_t{kStages} * kStageChunks * 32 * 16;
+
+// Streams `count` stages of this warp through its ring (`ring`: the warp's slot 0). A cursor
+// names a stage: `source(cursor, c, &src)` gives this lane's global chunk c of it (false:
+// zero-fill), `next(cursor)` moves to the warp's next stage, `use(cursor, chunks)` consumes one.
+// `prologue()` runs after the first stages are requested, before any is used (the vector
+// operand is staged there, so its round trips overlap the weights').
+template <typename Cursor, typename Source, typename Next, typename Use, typename Prologue>
+__device__ __forceinline__ void stream_stages(uint4* ring, int count, Cursor first, Source&& source,
+                                              Next&& next, Use&& use, Prologue&& prologue) {
+  const int lane = threadIdx.x % 32;
+  uint4* mine = ring + lane;
+  const uint32_t mine_address = shared_address(mine);
+  Cursor ahead = first, at = first;
+  auto request = [&](int slot) {
+#pragma unroll
+    for (int c = 0; c < kStageChunks; ++c) {
+      const void* src = nullptr;
+      const bool valid = source(ahead, c, &src);
+      cp_async_16(mine_address + (slot * kStageChunks + c) * 32 * 16, src, valid);
+    }
+    next(ahead);
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < count) request(i);
+    cp_async_commit();
+  }
+  prologue();
+  int slot = 0;
+  for (int i = 0; i < count; ++i) {
+    // Refill the slot used last iteration: this lane read it into registers already.
+    if (i + kStages - 1 < count) request(slot == 0 ? kStages - 1 : slot - 1);
+    cp_async_commit();
+    cp_async_wait_pending<kStages - 1>();
+    uint4 chunks[kStageChunks];
+#pragma unroll
+    for (int c = 0; c < kStageChunks; ++c) chunks[c] = mine[(slot * kStageChunks + c) * 32];
+    use(at, chunks);
+    next(at);
+    slot = slot + 1 == kStages ? 0 : slot + 1;
+  }
+  cp_async_wait_pending<0>();
+}
+
+// How many of `units` stages taken round-robin by `warps` warps warp `warp` gets.
+__device__ __forceinline__ int stages_of_warp(int units, int warp, int warps) {
+  return warp < units ? (units - warp + warps - 1) / warps : 0;
+}
+
+// The warps' partial sums of the tile's 16 rows (lanes of t == 0 hold rows g and g + 8) into
+// red (warps x 16 floats), then row r's total is sum_w red[w][r], summed in warp order.
+__device__ __forceinline__ void publish_partials(float* red, int warp, float lo, float hi) {
+  const int lane = threadIdx.x % 32;
+  if (lane % 4 == 0) {
+    red[warp * kTileRows + lane / 4] = lo;
+    red[warp * kTileRows + lane / 4 + 8] = hi;
+  }
+}
+__device__ __forceinline__ float tile_row_total(const float* red, int warps, int r) {
   float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kValues; i += 4) {
-    const float4 x = *reinterpret_cast<const float4*>(v + i);
-    s = fmaf(f[i], x.x, s);
-    s = fmaf(f[i + 1], x.y, s);
-    s = fmaf(f[i + 2], x.z, s);
-    s = fmaf(f[i + 3], x.w, s);
-  }
+  for (int w = 0; w < warps; ++w) s += red[w * kTileRows + r];
   return s;
 }
-template <int kValues, typename S>
-__device__ __forceinline__ float dot_16(const float (&f)[kValues], const S* v) {
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kValues; i += 8) {
-    float x[8];
-    load_floats<S, 8>(v + i, x);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) s = fmaf(f[i + j], x[j], s);
-  }
-  return s;
-}
 
-// Programmatic dependent launch (sm_90): gate_up lets down launch once all its CTAs are done
-// with their work; down requests its first weights, then waits for gate_up's completion
-// (griddepcontrol.wait: every prerequisite grid finished, its writes visible) before it reads
-// h. Both are no-ops when the launch was not programmatic, and absent before sm_90.
+// Programmatic dependent launch (sm_90): gate_up lets down launch as soon as every gate_up CTA
+// has started, so down's CTAs take SMs as gate_up's last wave leaves them and request their
+// first w2 stages; down waits for gate_up's completion (griddepcontrol.wait: every
+// prerequisite grid finished, its writes visible) before it reads h. Both are no-ops when the
+// launch was not programmatic, and absent before sm_90.
 __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -125,11 +215,6 @@ __device__ __forceinline__ void wait_for_prerequisite_grids() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 __device__ __forceinline__ int32_t local_expert(const DecodeMlpArgs& a, int64_t pair) {
   const int32_t E_local = static_cast<int32_t>(a.num_local_experts);
@@ -139,303 +224,355 @@ __device__ __forceinline__ int32_t local_expert(const DecodeMlpArgs& a, int64_t 
                                                 a.expert_map, a.num_experts, E_local);
 }
 
+// ---- shared-memory layouts (host and device) ----------------------------------------------------
+
+struct GateUpShared {
+  size_t x_offset, scale_offset, red_offset, bytes;
+};
+__host__ __device__ inline GateUpShared gate_up_shared(int64_t K, size_t weight_bytes) {
+  GateUpShared s;
+  const int64_t span = stage_span(weight_bytes), k_pad = ceil_div(K, span) * span;
+  s.x_offset = kGateUpWarps * kRingBytesPerWarp;
+  s.scale_offset = s.x_offset + static_cast<size_t>(k_pad) * 2;  // 16-bit x, padded
+  s.red_offset = s.scale_offset + static_cast<size_t>(2 * ceil_div(K, kGroup)) * 4;
+  s.bytes = s.red_offset + static_cast<size_t>(kGateUpWarps) * kTileRows * 4;
+  return s;
+}
+
+struct DownShared {
+  size_t a2_offset, fold_offset, expert_offset, red_offset, bytes;
+};
+__host__ __device__ inline DownShared down_shared(int64_t topk, int64_t N, size_t weight_bytes,
+                                                  int warps) {
+  DownShared s;
+  const int64_t span = stage_span(weight_bytes), n_pad = ceil_div(N, span) * span;
+  const int64_t folds = weight_bytes == 1 ? ceil_div(N, kGroup) : 1;  // per pair
+  s.a2_offset = warps * kRingBytesPerWarp;
+  s.fold_offset = s.a2_offset + static_cast<size_t>(topk * n_pad) * 2;
+  s.expert_offset = s.fold_offset + static_cast<size_t>(topk * folds) * 4;
+  s.red_offset = (s.expert_offset + static_cast<size_t>(topk) * 4 + 15) / 16 * 16;
+  s.bytes = s.red_offset + static_cast<size_t>(warps) * kTileRows * 4;
+  return s;
+}
+
 // ---- gate_up ------------------------------------------------------------------------------------
 //
-// grid (M * topk, ceil(N / (kWarps * kFeaturesPerWarp))). Shared: the token row (K fp32) and,
-// for fp8, its group scales (ceil(K / 128) fp32).
+// grid (M * topk, N / 8), kGateUpWarps warps. Tile row g is the gate row of feature n0 + g, row
+// g + 8 its up row; units are the stages along K. N % 16 == 0: every tile is whole, and its gate
+// rows (and its up rows) lie in one 128-row scale block.
 template <typename W>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+__global__ void __launch_bounds__(kGateUpWarps * 32)
     decode_gate_up_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
-  constexpr int kV = WeightVector<W>::kValues;
-  constexpr int kRows = 2 * kFeaturesPerWarp;
-  constexpr int64_t kBatch = int64_t{32} * kV * kGateUpSteps;  // row elements per batch
-  extern __shared__ float4 shared_x[];
-  float* x_s = reinterpret_cast<float*>(shared_x);
+  using S = OperandOf<W>;
+  using Sp = Span<W>;
+  allow_dependent_launch();
+  extern __shared__ float4 shared_raw[];
+  char* base = reinterpret_cast<char*>(shared_raw);
   const int64_t K = a.K, N = a.N, pair = blockIdx.x, t = pair / a.topk;
+  const int64_t n0 = int64_t{blockIdx.y} * 8;
   const int32_t e = local_expert(a, pair);
   if (e >= a.num_local_experts) return;  // not routed here: its h row is never read
+  const GateUpShared layout = gate_up_shared(K, sizeof(W));
+  S* x_s = reinterpret_cast<S*>(base + layout.x_offset);
+  float* gate_scale_s = reinterpret_cast<float*>(base + layout.scale_offset);
   const int64_t k_groups = ceil_div(K, kGroup);
-  float* x_scale_s = x_s + K;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t n0 = (int64_t{blockIdx.y} * kWarps + warp) * kFeaturesPerWarp;
-  const bool warp_has_rows = n0 < N;
+  const int units = static_cast<int>(ceil_div(K, Sp::kStage));
+  float* up_scale_s = gate_scale_s + k_groups;
+  float* red = reinterpret_cast<float*>(base + layout.red_offset);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
 
-  // Rows 2f and 2f + 1: the gate and up rows of feature n0 + f (features past N repeat the
-  // last one, computed and dropped).
-  const int64_t rows_per_expert = 2 * N;
-  const W* w = static_cast<const W*>(a.w13) + e * rows_per_expert * K;
-  const W* row[kRows];
-  int64_t row_index[kRows];
-#pragma unroll
-  for (int f = 0; f < kFeaturesPerWarp; ++f) {
-    const int64_t n = min(n0 + f, N - 1);
-    row_index[2 * f] = gate_column(a.gated_layout, n, N);
-    row_index[2 * f + 1] = up_column(a.gated_layout, n, N);
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) row[r] = w + row_index[r] * K;
-  // kGateUpSteps steps of every row from element k0 (this lane's) on; zeros past K.
-  auto load_batch = [&](int64_t k0, uint4(&raw)[kGateUpSteps][kRows]) {
-#pragma unroll
-    for (int s = 0; s < kGateUpSteps; ++s) {
-      const int64_t k = k0 + int64_t{s} * 32 * kV;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        raw[s][r] =
-            warp_has_rows && k < K ? __ldg(reinterpret_cast<const uint4*>(row[r] + k)) : uint4{};
-    }
+  const W* w = static_cast<const W*>(a.w13) + int64_t{e} * 2 * N * K;
+  // This lane's first element of rows g (gate) and g + 8 (up); a cursor is a stage index.
+  const int lane_k = q * Sp::kValues;
+  const W* rows[2] = {w + gate_column(a.gated_layout, n0 + g, N) * K + lane_k,
+                      w + up_column(a.gated_layout, n0 + g, N) * K + lane_k};
+  auto source = [&](int u, int c, const void** src) {
+    const int k = u * Sp::kStage + (c / 2) * Sp::kStep;
+    const bool valid = k + lane_k < K;
+    *src = valid ? static_cast<const void*>(rows[c % 2] + k) : a.w13;
+    return valid;
   };
-  // The first weights are requested before the token row is staged: the round trips overlap.
-  uint4 raw[kGateUpSteps][kRows];
-  load_batch(int64_t{lane} * kV, raw);
-
-  // The token row as fp32 (fp8: the e4m3 values; the group scale is applied per 16 values).
-  const W* x_row = static_cast<const W*>(a.x) + t * K;
-  for (int64_t k = int64_t{threadIdx.x} * kV; k < K; k += int64_t{kThreads} * kV) {
-    float f[kV];
-    unpack(*reinterpret_cast<const uint4*>(x_row + k), f, W{});
-#pragma unroll
-    for (int i = 0; i < kV; i += 4)
-      *reinterpret_cast<float4*>(x_s + k + i) = make_float4(f[i], f[i + 1], f[i + 2], f[i + 3]);
-  }
-  if constexpr (kFp8) {
-    for (int64_t g = threadIdx.x; g < k_groups; g += kThreads)
-      x_scale_s[g] = a.x_scale[t * k_groups + g];
-  }
-  __syncthreads();
-  if (!warp_has_rows) return;
-  const float* w_scale = nullptr;
-  if constexpr (kFp8)
-    w_scale = a.w13_scale + int64_t{e} * ceil_div(rows_per_expert, kGroup) * k_groups;
-
-  // Software pipelined: the next batch is in flight while this one is multiplied.
-  float acc[kRows] = {};
-  for (int64_t k0 = int64_t{lane} * kV; k0 < K; k0 += kBatch) {
-    uint4 next[kGateUpSteps][kRows];
-    load_batch(k0 + kBatch, next);
-#pragma unroll
-    for (int s = 0; s < kGateUpSteps; ++s) {
-      const int64_t k = k0 + int64_t{s} * 32 * kV;
-      if (k >= K) break;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        float f[kV];
-        unpack(raw[s][r], f, W{});
-        float p = dot_f32(f, x_s + k);
+  auto next = [](int& u) { u += kGateUpWarps; };
+  auto prologue = [&] {
+    // The token row as 16-bit values (fp8: the e4m3 values as fp16), zero past K; fp8: the
+    // per-group factors x_scale * w13_scale of the tile's gate and up blocks.
+    const W* x_row = static_cast<const W*>(a.x) + t * K;
+    const int64_t k_pad = int64_t{units} * Sp::kStage;
+    for (int64_t k = int64_t{threadIdx.x} * Sp::kValues; k < k_pad;
+         k += int64_t{kGateUpWarps} * 32 * Sp::kValues) {
+      uint32_t v[Sp::kValues / 2] = {};
+      if (k < K) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(x_row + k);
+        const uint32_t* r = reinterpret_cast<const uint32_t*>(&raw);
         if constexpr (kFp8) {
-          const int64_t g = k / kGroup;
-          p *= x_scale_s[g] * __ldg(w_scale + (row_index[r] / kGroup) * k_groups + g);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            v[2 * i] = e4m3x2_to_half2(r[i] & 0xffffu);
+            v[2 * i + 1] = e4m3x2_to_half2(r[i] >> 16);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) v[i] = r[i];
         }
-        acc[r] += p;
+      }
+      uint4* dst = reinterpret_cast<uint4*>(x_s + k);
+#pragma unroll
+      for (int i = 0; i < Sp::kValues / 8; ++i)
+        dst[i] = make_uint4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    }
+    if constexpr (kFp8) {
+      const int64_t blocks = ceil_div(2 * N, kGroup);
+      const float* ws = a.w13_scale + int64_t{e} * blocks * k_groups;
+      const int64_t gate_block = gate_column(a.gated_layout, n0, N) / kGroup,
+                    up_block = up_column(a.gated_layout, n0, N) / kGroup;
+      for (int64_t i = threadIdx.x; i < k_groups; i += kGateUpWarps * 32) {
+        const float xs = a.x_scale[t * k_groups + i];
+        gate_scale_s[i] = xs * ws[gate_block * k_groups + i];
+        up_scale_s[i] = xs * ws[up_block * k_groups + i];
       }
     }
+    __syncthreads();
+  };
+
+  float acc_gate = 0.0f, acc_up = 0.0f;
+  auto use = [&](int u, const uint4(&chunks)[kStageChunks]) {
+    float d[4] = {};
 #pragma unroll
-    for (int s = 0; s < kGateUpSteps; ++s)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) raw[s][r] = next[s][r];
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r] = warp_sum(acc[r]);
-  if (lane < kFeaturesPerWarp && n0 + lane < N) {
-    // Lane f writes feature f (registers indexed by a compile-time f: no local memory).
-#pragma unroll
-    for (int f = 0; f < kFeaturesPerWarp; ++f) {
-      if (f == lane)
-        a.h[pair * N + n0 + f] = gated_function(a.activation, acc[2 * f], acc[2 * f + 1]);
+    for (int step = 0; step < 2; ++step) {
+      uint32_t b[Sp::kValues / 2];
+      load_operand<W>(x_s, u * Sp::kStage + step * Sp::kStep + lane_k, b);
+      mma_step<W>(d, chunks[2 * step], chunks[2 * step + 1], b);
     }
+    // Every column of d is the tile's: d[0] row g (gate), d[2] row g + 8 (up).
+    if constexpr (kFp8) {
+      acc_gate = fmaf(d[0], gate_scale_s[u], acc_gate);
+      acc_up = fmaf(d[2], up_scale_s[u], acc_up);
+    } else {
+      acc_gate += d[0];
+      acc_up += d[2];
+    }
+  };
+  uint4* ring = reinterpret_cast<uint4*>(base + warp * kRingBytesPerWarp);
+  stream_stages(ring, stages_of_warp(units, warp, kGateUpWarps), warp, source, next, use,
+                prologue);
+
+  publish_partials(red, warp, acc_gate, acc_up);
+  __syncthreads();
+  if (threadIdx.x < 8) {
+    const int f = threadIdx.x;
+    a.h[pair * N + n0 + f] = gated_function(a.activation, tile_row_total(red, kGateUpWarps, f),
+                                            tile_row_total(red, kGateUpWarps, f + 8));
   }
-  // down may launch once every CTA got here (or exited): it overlaps this grid's tail.
-  allow_dependent_launch();
 }
 
 // ---- down + top-k weight + reduce -------------------------------------------------------------
 //
-// grid (M, ceil(K / (kWarps * kRowsPerWarp))). Shared, per pair j of the token: its 16-bit
-// operand row a2_s[j] (N values), its per-group factor fold_s[j][g] (the router weight, times
-// the group's fp8 scale when quantized) and its local expert.
-struct DownShared {
-  size_t fold_offset, expert_offset, bytes;
-};
-__host__ __device__ inline DownShared down_shared(int64_t topk, int64_t N) {
-  DownShared s;
-  const int64_t groups = (N + kGroup - 1) / kGroup;
-  s.fold_offset = static_cast<size_t>((topk * N * 2 + 15) / 16 * 16);
-  s.expert_offset = s.fold_offset + static_cast<size_t>(topk * groups * 4);
-  s.bytes = s.expert_offset + static_cast<size_t>(topk * 4);
-  return s;
-}
-
-template <typename W>
-using OperandOf = std::conditional_t<std::is_same_v<W, uint8_t>, __half, W>;
-
-// Units (pair j, step s), j-major, kDownSteps of them for every row of a warp: unit_j = -1 when
-// there is nothing to do (past the end, past N, or a pair of no local expert).
-struct DownBatch {
-  uint4 raw[kDownSteps][kRowsPerWarp];
-  int unit_j[kDownSteps];
-  int64_t unit_n[kDownSteps];
-};
-
+// grid (M, K / 16), blockDim.x / 32 warps. Tile rows are output rows k0 .. k0 + 15 of token t;
+// units are (pair j, stage along N), j-major. Shared: the token's topk operand rows a2 (16-bit,
+// padded to whole stages with zeros), a factor per (pair, stage) (the router weight, times the
+// group's h scale and w2 scale when fp8), the pairs' local experts, the warps' partials.
 template <typename W, typename Out>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+__global__ void __launch_bounds__(kMaxWarps * 32)
     decode_down_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
-  constexpr int kV = WeightVector<W>::kValues;
   using S = OperandOf<W>;
+  using Sp = Span<W>;
   extern __shared__ float4 shared_raw[];
   char* base = reinterpret_cast<char*>(shared_raw);
-  const int64_t K = a.K, N = a.N, topk = a.topk, t = blockIdx.x;
-  const int64_t n_groups = ceil_div(N, kGroup);
-  const DownShared layout = down_shared(topk, N);
-  S* a2_s = reinterpret_cast<S*>(base);
+  const int warps = blockDim.x / 32;
+  const int64_t K = a.K, N = a.N, topk = a.topk, t = blockIdx.x, k0 = int64_t{blockIdx.y} * 16;
+  const int n_stages = static_cast<int>(ceil_div(N, Sp::kStage));
+  const int64_t n_pad = int64_t{n_stages} * Sp::kStage;
+  const int folds = kFp8 ? n_stages : 1;  // per pair (fp8: a stage is a scale group)
+  const DownShared layout = down_shared(topk, N, sizeof(W), warps);
+  S* a2_s = reinterpret_cast<S*>(base + layout.a2_offset);
   float* fold_s = reinterpret_cast<float*>(base + layout.fold_offset);
   int32_t* expert_s = reinterpret_cast<int32_t*>(base + layout.expert_offset);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float* red = reinterpret_cast<float*>(base + layout.red_offset);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+  const int32_t E_local = static_cast<int32_t>(a.num_local_experts);
 
-  // The routing was written before gate_up was launched (which launched this grid): it may be
-  // read before the wait; h may not.
-  for (int64_t j = threadIdx.x; j < topk; j += kThreads)
+  // The routing was written before gate_up was launched (which launched this grid): it and the
+  // weights may be read before the wait; h may not. So the folds start as the router weight
+  // (times, for fp8, the w2 scale of the tile's row block): the h scales multiply in later.
+  for (int64_t j = threadIdx.x; j < topk; j += blockDim.x)
     expert_s[j] = local_expert(a, t * topk + j);
   __syncthreads();
+  for (int i = threadIdx.x; i < topk * folds; i += blockDim.x) {
+    const int j = i / folds, grp = i % folds;
+    const int32_t e = expert_s[j];
+    float fold = a.topk_weights ? a.topk_weights[t * topk + j] : 1.0f;
+    if (kFp8 && e < E_local)
+      fold *= a.w2_scale[(int64_t{e} * ceil_div(K, kGroup) + k0 / kGroup) * folds + grp];
+    fold_s[i] = fold;
+  }
 
-  const int64_t k_first = (int64_t{blockIdx.y} * kWarps + warp) * kRowsPerWarp;
-  const bool warp_has_rows = k_first < K;
-  int64_t k_row[kRowsPerWarp];
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) k_row[r] = min(k_first + r, K - 1);
-  const int steps = static_cast<int>(ceil_div(N, int64_t{32} * kV));  // per pair
-  const int units = static_cast<int>(topk) * steps;
   const W* w2 = static_cast<const W*>(a.w2);
-  auto load_batch = [&](int u0, DownBatch& b) {
-#pragma unroll
-    for (int i = 0; i < kDownSteps; ++i) {
-      const int u = u0 + i, j = u / steps;
-      b.unit_n[i] = int64_t{u % steps} * 32 * kV + int64_t{lane} * kV;
-      const bool live =
-          warp_has_rows && u < units && b.unit_n[i] < N && expert_s[j] < a.num_local_experts;
-      b.unit_j[i] = live ? j : -1;
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        b.raw[i][r] = live ? __ldg(reinterpret_cast<const uint4*>(
-                                 w2 + (int64_t{expert_s[j]} * K + k_row[r]) * N + b.unit_n[i]))
-                           : uint4{};
-      }
-    }
+  // A cursor is a (pair, stage) unit; the warps take them round-robin, j-major, so a warp's
+  // next unit is `warps` stages on (no division in the loop).
+  struct Unit {
+    int j, stage;
   };
-  // The first weights are requested before waiting for gate_up: they do not depend on it.
-  DownBatch cur;
-  load_batch(0, cur);
-  wait_for_prerequisite_grids();
+  const int lane_n = q * Sp::kValues, warps_j = warps / n_stages, warps_stage = warps % n_stages;
+  const W* lane_w2 = w2 + (k0 + g) * N + lane_n;  // row g of the tile at this lane's n
+  auto source = [&](const Unit& u, int c, const void** src) {
+    const int32_t e = expert_s[u.j];
+    const int n = u.stage * Sp::kStage + (c / 2) * Sp::kStep;
+    const bool valid = e < E_local && n + lane_n < N;
+    *src = valid ? static_cast<const void*>(lane_w2 + int64_t{e} * K * N + (c % 2) * 8 * N + n)
+                 : a.w2;
+    return valid;
+  };
+  auto next = [&](Unit& u) {
+    u.j += warps_j;
+    u.stage += warps_stage;
+    if (u.stage >= n_stages) u.stage -= n_stages, ++u.j;
+  };
+  auto prologue = [&] {
+    wait_for_prerequisite_grids();
+    __syncthreads();  // the folds above are complete
+    // GEMM2's operand rows as the grouped path would see them. The loads of kFillLoads rounds
+    // are issued before any is used (a CTA stages topk * N values: one round trip, not one per
+    // round).
+    const int n_groups = static_cast<int>(ceil_div(N, kGroup));
+    if constexpr (kFp8) {
+      // One warp per (pair, group of 128): amax, scale and e4m3 codes exactly as quantize_rows
+      // computes them (NaN included: the bit-pattern max makes a NaN group's scale NaN); the
+      // fold takes the h scale.
+      const int tasks = static_cast<int>(topk) * n_groups;
+      for (int u0 = warp; u0 < tasks; u0 += warps * kFillLoads) {
+        float4 v[kFillLoads];
+#pragma unroll
+        for (int i = 0; i < kFillLoads; ++i) {
+          const int u = u0 + i * warps, j = u / n_groups, n = (u % n_groups) * kGroup + lane * 4;
+          // N % 16 == 0: a lane's 4 values are all in the row or all out.
+          const bool load = u < tasks && n < N && expert_s[j] < E_local;
+          v[i] = load ? *reinterpret_cast<const float4*>(a.h + (t * topk + j) * N + n)
+                      : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int i = 0; i < kFillLoads; ++i) {
+          const int u = u0 + i * warps, j = u / n_groups, grp = u % n_groups,
+                    n = grp * kGroup + lane * 4;
+          if (u >= tasks || expert_s[j] >= E_local) continue;  // warp-uniform
+          uint32_t amax = max(max(abs_bits(v[i].x), abs_bits(v[i].y)),
+                              max(abs_bits(v[i].z), abs_bits(v[i].w)));
+          amax = __reduce_max_sync(0xffffffffu, amax);
+          const float scale = fp8_scale_for_amax(__uint_as_float(amax));
+          // Past N (the padding of the last group's stage): zeros.
+          const uint32_t lo = n < N ? e4m3_pair(v[i].x, v[i].y, scale) : 0u,
+                         hi = n < N ? e4m3_pair(v[i].z, v[i].w, scale) : 0u;
+          *reinterpret_cast<uint2*>(a2_s + j * n_pad + n) =
+              make_uint2(e4m3x2_to_half2(lo), e4m3x2_to_half2(hi));
+          if (lane == 0) fold_s[j * folds + grp] *= scale;
+        }
+      }
+    } else {
+      const int total = static_cast<int>(topk * n_pad), round = static_cast<int>(blockDim.x) * 4,
+                pad = static_cast<int>(n_pad);
+      for (int i0 = static_cast<int>(threadIdx.x) * 4; i0 < total; i0 += round * kFillLoads) {
+        float4 v[kFillLoads];
+#pragma unroll
+        for (int r = 0; r < kFillLoads; ++r) {
+          const int i = i0 + r * round, j = i / pad, n = i % pad;
+          const bool load = i < total && n < N && expert_s[j] < E_local;
+          v[r] = load ? *reinterpret_cast<const float4*>(a.h + (t * topk + j) * N + n)
+                      : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int r = 0; r < kFillLoads; ++r) {
+          const int i = i0 + r * round;
+          if (i >= total) break;
+          const float f[4] = {v[r].x, v[r].y, v[r].z, v[r].w};
+          store_floats<S, 4>(f, a2_s + i);
+        }
+      }
+    }
+    __syncthreads();
+  };
 
-  // GEMM2's operand rows, as the grouped path would see them. The loads of kFillLoads rounds
-  // are issued before any is used (a CTA stages topk * N values: one round trip, not one per
-  // round).
-  if constexpr (kFp8) {
-    // One warp per (pair, group of 128): amax, scale and e4m3 codes exactly as quantize_rows
-    // computes them (NaN included: the bit-pattern max makes a NaN group's scale NaN).
-    const int64_t tasks = topk * n_groups;
-    for (int64_t u0 = warp; u0 < tasks; u0 += int64_t{kWarps} * kFillLoads) {
-      float4 v[kFillLoads];
+  float acc_lo = 0.0f, acc_hi = 0.0f;
+  auto use = [&](const Unit& u, const uint4(&chunks)[kStageChunks]) {
+    if (expert_s[u.j] >= E_local) return;  // warp-uniform; its chunks were zero-filled
+    const S* a2 = a2_s + u.j * n_pad + u.stage * Sp::kStage + lane_n;
+    float d[4] = {};
 #pragma unroll
-      for (int i = 0; i < kFillLoads; ++i) {
-        const int64_t u = u0 + int64_t{i} * kWarps, j = u / n_groups,
-                      n = (u % n_groups) * kGroup + lane * 4;
-        // N % 16 == 0: a lane's 4 values are all in the row or all out.
-        const bool load = u < tasks && n < N && expert_s[j] < a.num_local_experts;
-        v[i] = load ? *reinterpret_cast<const float4*>(a.h + (t * topk + j) * N + n)
-                    : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int i = 0; i < kFillLoads; ++i) {
-        const int64_t u = u0 + int64_t{i} * kWarps, j = u / n_groups, g = u % n_groups,
-                      n = g * kGroup + lane * 4;
-        if (u >= tasks || expert_s[j] >= a.num_local_experts) continue;  // warp-uniform
-        uint32_t amax =
-            max(max(abs_bits(v[i].x), abs_bits(v[i].y)), max(abs_bits(v[i].z), abs_bits(v[i].w)));
-        amax = __reduce_max_sync(0xffffffffu, amax);
-        const float scale = fp8_scale_for_amax(__uint_as_float(amax));
-        if (n < N) {
-          const uint32_t lo = e4m3_pair(v[i].x, v[i].y, scale),
-                         hi = e4m3_pair(v[i].z, v[i].w, scale);
-          __half* dst = reinterpret_cast<__half*>(a2_s) + j * N + n;
-          dst[0] = __float2half_rn(e4m3_value(lo & 0xffu));
-          dst[1] = __float2half_rn(e4m3_value(lo >> 8));
-          dst[2] = __float2half_rn(e4m3_value(hi & 0xffu));
-          dst[3] = __float2half_rn(e4m3_value(hi >> 8));
-        }
-        if (lane == 0) {
-          const float w = a.topk_weights ? a.topk_weights[t * topk + j] : 1.0f;
-          fold_s[j * n_groups + g] = w * scale;
-        }
-      }
+    for (int step = 0; step < 2; ++step) {
+      uint32_t b[Sp::kValues / 2];
+      load_operand<W>(a2, step * Sp::kStep, b);
+      mma_step<W>(d, chunks[2 * step], chunks[2 * step + 1], b);
     }
-  } else {
-    const int64_t total = topk * N, round = int64_t{kThreads} * 4;
-    for (int64_t i0 = int64_t{threadIdx.x} * 4; i0 < total; i0 += round * kFillLoads) {
-      float4 v[kFillLoads];
-#pragma unroll
-      for (int r = 0; r < kFillLoads; ++r) {
-        const int64_t i = i0 + r * round;
-        const bool load = i < total && expert_s[i / N] < a.num_local_experts;
-        v[r] = load ? *reinterpret_cast<const float4*>(a.h + t * topk * N + i)
-                    : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int r = 0; r < kFillLoads; ++r) {
-        const int64_t i = i0 + r * round;
-        if (i >= total) break;
-        a2_s[i] = from_float<S>(v[r].x);
-        a2_s[i + 1] = from_float<S>(v[r].y);
-        a2_s[i + 2] = from_float<S>(v[r].z);
-        a2_s[i + 3] = from_float<S>(v[r].w);
-      }
-    }
-    for (int64_t j = threadIdx.x; j < topk; j += kThreads)
-      fold_s[j] = a.topk_weights ? a.topk_weights[t * topk + j] : 1.0f;
-  }
+    const float fold = fold_s[u.j * folds + (kFp8 ? u.stage : 0)];
+    acc_lo = fmaf(d[0], fold, acc_lo);
+    acc_hi = fmaf(d[2], fold, acc_hi);
+  };
+  uint4* ring = reinterpret_cast<uint4*>(base + warp * kRingBytesPerWarp);
+  const int units = static_cast<int>(topk) * n_stages;
+  stream_stages(ring, stages_of_warp(units, warp, warps), Unit{warp / n_stages, warp % n_stages},
+                source, next, use, prologue);
+
+  publish_partials(red, warp, acc_lo, acc_hi);
   __syncthreads();
-  if (!warp_has_rows) return;
-
-  // Software pipelined: the next batch is in flight while this one is multiplied.
-  const int64_t w2_scale_rows = ceil_div(K, kGroup);
-  float acc[kRowsPerWarp] = {};
-  for (int u0 = 0; u0 < units; u0 += kDownSteps) {
-    DownBatch next;
-    load_batch(u0 + kDownSteps, next);
-#pragma unroll
-    for (int i = 0; i < kDownSteps; ++i) {
-      const int j = cur.unit_j[i];
-      if (j < 0) continue;
-      const int64_t n = cur.unit_n[i];
-      const int64_t g = kFp8 ? n / kGroup : 0;
-      const float fold = fold_s[j * (kFp8 ? n_groups : 1) + g];
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        float f[kV];
-        unpack(cur.raw[i][r], f, W{});
-        float p = dot_16(f, a2_s + j * N + n) * fold;
-        if constexpr (kFp8) {
-          p *= __ldg(a.w2_scale +
-                     (int64_t{expert_s[j]} * w2_scale_rows + k_row[r] / kGroup) * n_groups + g);
-        }
-        acc[r] += p;
-      }
-    }
-    cur = next;
-  }
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) acc[r] = warp_sum(acc[r]);
-  Out* out = static_cast<Out*>(a.out) + t * K;
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (lane == r && k_first + r < K) out[k_first + r] = from_float<Out>(acc[r]);
+  if (threadIdx.x < kTileRows) {
+    Out* out = static_cast<Out*>(a.out) + t * K + k0;
+    out[threadIdx.x] = from_float<Out>(tile_row_total(red, warps, threadIdx.x));
   }
 }
 
 // ---- host side ----------------------------------------------------------------------------------
 
-size_t gate_up_shared_bytes(int64_t K) { return static_cast<size_t>(K + ceil_div(K, kGroup)) * 4; }
+// The launch shapes. gate_up: always kGateUpWarps warps; its grid is large and several CTAs
+// share an SM. down: its grid has only K / 16 CTAs per token, so the warps of a CTA are what
+// keeps bytes in flight: 16 warps when the grid fits in one wave, else 8 warps two CTAs to an SM
+// (a CTA's h staging then overlaps the other's streaming, and waves are finer), else the most
+// warps that fit (a large topk * N operand takes shared memory from the rings).
+struct DecodeShapes {
+  int down_warps = 0;
+  size_t gate_up_bytes = 0, down_bytes = 0;
+  bool fits() const { return gate_up_bytes > 0 && down_warps > 0; }
+};
+
+struct SharedLimits {
+  size_t per_block;  // opt-in maximum of one CTA
+  size_t per_sm;     // what the CTAs of one SM share (each also reserves 1 KiB)
+  int64_t sms;
+};
+
+DecodeShapes decode_shapes(int64_t M, int64_t K, int64_t N, int64_t topk, size_t weight_bytes,
+                           const SharedLimits& limits) {
+  DecodeShapes s;
+  const size_t gate_up_bytes = gate_up_shared(K, weight_bytes).bytes;
+  if (gate_up_bytes <= limits.per_block) s.gate_up_bytes = gate_up_bytes;
+  auto try_down = [&](int warps, size_t budget) {
+    const size_t bytes = down_shared(topk, N, weight_bytes, warps).bytes;
+    if (s.down_warps > 0 || bytes > budget) return;
+    s.down_warps = warps, s.down_bytes = bytes;
+  };
+  if (M * (K / kTileRows) > limits.sms && limits.per_sm / 2 > 1024)
+    try_down(8, std::min(limits.per_block, limits.per_sm / 2 - 1024));
+  for (int warps = kMaxWarps; warps >= 2; warps /= 2) try_down(warps, limits.per_block);
+  return s;
+}
+
+// What every GPU from sm_80 gives (sm_86 / sm_89: 99 KiB per CTA, 100 KiB per SM): the configs
+// the decode path accepts run everywhere.
+constexpr SharedLimits kPortableLimits{kMaxSharedBytes, 100 * 1024, 1};
+
+SharedLimits device_limits() {
+  int device = 0, per_block = 0, per_sm = 0, sms = 0;
+  MODMOE_CUDA_CHECK(cudaGetDevice(&device));
+  MODMOE_CUDA_CHECK(
+      cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  MODMOE_CUDA_CHECK(
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  MODMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return {static_cast<size_t>(per_block), static_cast<size_t>(per_sm), sms};
+}
+
+size_t weight_bytes_of(const MoEConfig& c) {
+  return c.quant.quantized() ? 1 : dtype_size(c.in_dtype);
+}
 
 template <typename F>
 void dispatch_weight(DType w, F&& f) {
@@ -454,15 +591,15 @@ void dispatch_weight(DType w, F&& f) {
 // `programmatic`: launched as a programmatic dependent of the stream's previous kernel (it
 // may start before that kernel ends; see allow_dependent_launch).
 template <typename Kernel>
-void launch(Kernel kernel, dim3 grid, size_t shared, const DecodeMlpArgs& a, bool programmatic,
-            cudaStream_t stream) {
+void launch(Kernel kernel, dim3 grid, int warps, size_t shared, const DecodeMlpArgs& a,
+            bool programmatic, cudaStream_t stream) {
   if (shared > 48 * 1024) {
     MODMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(shared)));
   }
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(static_cast<unsigned>(warps * 32));
   config.dynamicSmemBytes = shared;
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
@@ -493,8 +630,8 @@ bool decode_mlp_config_fits(const MoEConfig& c) {
   const QuantScheme q = c.quant.scheme;
   return is_gated(c.activation) &&
          (q == QuantScheme::none || (q == QuantScheme::fp8_block && !c.quant.static_act_scale)) &&
-         K % 16 == 0 && N % 16 == 0 && gate_up_shared_bytes(K) <= kMaxSharedBytes &&
-         down_shared(c.topk, N).bytes <= kMaxSharedBytes;
+         K % 16 == 0 && N % 16 == 0 &&
+         decode_shapes(1, K, N, c.topk, weight_bytes_of(c), kPortableLimits).fits();
 }
 
 std::string decode_mlp_unsupported(const MoEConfig& c, const DecodeMlpArgs& a) {
@@ -516,33 +653,39 @@ size_t decode_mlp_workspace_bytes(const MoEConfig& c, int64_t M) {
 
 void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
   if (a.M == 0) return;
+  MODMOE_CHECK(a.K % 16 == 0 && a.N % 16 == 0)
+      << "decode_mlp: K and N must be multiples of 16 (whole 16-row tiles), got K = " << a.K
+      << ", N = " << a.N;
+  MODMOE_CHECK(a.N / 8 <= 65535 && a.K / 16 <= 65535)
+      << "decode_mlp: N must be <= " << 65535 * 8 << " and K <= " << 65535 * 16
+      << " (grid.y), got K = " << a.K << ", N = " << a.N;
+  const SharedLimits limits = device_limits();
+  const DecodeShapes shapes = decode_shapes(a.M, a.K, a.N, a.topk, dtype_size(a.w_dtype), limits);
+  MODMOE_CHECK(shapes.fits()) << "decode_mlp: K = " << a.K << ", N = " << a.N
+                              << ", topk = " << a.topk << " need more than " << limits.per_block
+                              << " bytes of shared memory per CTA";
   // Pairs (tokens) are the fastest grid dimension: the CTAs of one weight slice run side by
   // side, so pairs that share an expert read its rows while they are in the L2.
-  MODMOE_CHECK(ceil_div(a.N, kWarps * kFeaturesPerWarp) <= 65535 &&
-               ceil_div(a.K, kWarps * kRowsPerWarp) <= 65535)
-      << "decode_mlp: K and N must be <= " << 65535 * kWarps * kRowsPerWarp
-      << " (grid.y), got K = " << a.K << ", N = " << a.N;
-  const dim3 gate_up_grid(static_cast<unsigned>(a.M * a.topk),
-                          static_cast<unsigned>(ceil_div(a.N, kWarps * kFeaturesPerWarp)));
-  const dim3 down_grid(static_cast<unsigned>(a.M),
-                       static_cast<unsigned>(ceil_div(a.K, kWarps * kRowsPerWarp)));
+  const dim3 gate_up_grid(static_cast<unsigned>(a.M * a.topk), static_cast<unsigned>(a.N / 8));
+  const dim3 down_grid(static_cast<unsigned>(a.M), static_cast<unsigned>(a.K / 16));
   const bool programmatic = programmatic_launch_available();
   dispatch_weight(a.w_dtype, [&](auto w_tag) {
     using W = typename decltype(w_tag)::type;
-    launch(decode_gate_up_kernel<W>, gate_up_grid, gate_up_shared_bytes(a.K), a, false, stream);
+    launch(decode_gate_up_kernel<W>, gate_up_grid, kGateUpWarps, shapes.gate_up_bytes, a, false,
+           stream);
+    auto launch_down = [&](auto kernel) {
+      launch(kernel, down_grid, shapes.down_warps, shapes.down_bytes, a, programmatic, stream);
+    };
     // Unquantized, the output dtype is the weights' (in_dtype); fp8 writes any of the three.
     if constexpr (std::is_same_v<W, uint8_t>) {
       dispatch_float_io(a.out_dtype, "decode_mlp", [&](auto out_tag) {
-        using Out = typename decltype(out_tag)::type;
-        launch(decode_down_kernel<W, Out>, down_grid, down_shared(a.topk, a.N).bytes, a,
-               programmatic, stream);
+        launch_down(decode_down_kernel<W, typename decltype(out_tag)::type>);
       });
     } else {
       MODMOE_CHECK(a.out_dtype == a.w_dtype)
           << "decode_mlp: unquantized, out_dtype must be the weights' dtype "
           << dtype_name(a.w_dtype) << ", got " << dtype_name(a.out_dtype);
-      launch(decode_down_kernel<W, W>, down_grid, down_shared(a.topk, a.N).bytes, a, programmatic,
-             stream);
+      launch_down(decode_down_kernel<W, W>);
     }
   });
 }

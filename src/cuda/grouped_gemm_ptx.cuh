@@ -55,6 +55,12 @@ __device__ __forceinline__ void cp_async_wait(int pending) {
   }
 }
 
+// cp_async_wait with a compile-time count: one instruction, no switch.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_pending() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 // Four 8x8 b16 matrices (8 rows of 16 bytes each) from shared memory; lane l gives the row
 // address of row l % 8 of matrix l / 8, and receives in r[i] the 4 bytes at row l / 4,
 // bytes 4 * (l % 4) .. +3 of matrix i. For 16-bit data that is the (row, 2 columns) element

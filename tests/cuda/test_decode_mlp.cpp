@@ -122,7 +122,7 @@ MoEConfig qwen3_like(QuantScheme scheme) {
   return c;
 }
 
-TEST(DecodeRoute, AtMostOnePairPerLocalExpertAndABoundedWeightStream) {
+TEST(DecodeRoute, OneTokenOrAtMostOnePairPerLocalExpertAndABoundedWeightStream) {
   // One expert: (2 * 768 + 768) * 2048 weights, 9.4 MB bf16, 4.7 MB fp8; 256 MiB bound 3 bf16
   // tokens (24 pairs x 9.4 MB = 226 MB), 7 fp8 tokens (263 MB).
   const CudaExperts bf16_experts(qwen3_like(none)), fp8_experts(qwen3_like(fp8));
@@ -141,13 +141,15 @@ TEST(DecodeRoute, AtMostOnePairPerLocalExpertAndABoundedWeightStream) {
   small.num_experts = small.num_local_experts = 4;
   EXPECT_TRUE(CudaExperts(small).runs_decode(1));
   EXPECT_FALSE(CudaExperts(small).runs_decode(2));
-  // DeepSeek-V3-sized experts (44 MB fp8): 8 pairs are 352 MB, past the bound even at M = 1.
+  // DeepSeek-V3-sized experts (44 MB fp8): 8 pairs are 352 MB, past the bound, but one token
+  // always decodes (its experts are distinct: no weight read twice); two do not.
   MoEConfig big = qwen3_like(fp8);
   big.num_experts = big.num_local_experts = 256;
   big.hidden_size = 7168;
   big.intermediate_size = 2048;
-  EXPECT_EQ(CudaExperts(big).max_decode_tokens(), 0);
-  EXPECT_FALSE(CudaExperts(big).runs_decode(1));
+  EXPECT_EQ(CudaExperts(big).max_decode_tokens(), 1);
+  EXPECT_TRUE(CudaExperts(big).runs_decode(1));
+  EXPECT_FALSE(CudaExperts(big).runs_decode(2));
 }
 
 TEST(DecodeRoute, OnlyForTheConfigsItRuns) {
