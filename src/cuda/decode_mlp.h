@@ -3,29 +3,27 @@
 //
 // At decode sizes (about one pair per expert or fewer) the grouped pipeline is a chain of ~6
 // small kernels (permute, GEMM1, [quantize], GEMM2, reduce) whose launch gaps, not the weight
-// bytes, set the time: 3-7x the floor at M = 1 on the H200 (docs/perf.md). Here
+// bytes, set the time: 3-7x the floor at M = 1 on the H200 (docs/perf.md). Here two
+// weight-streaming kernels, each CTA one 16-row tile on the tensor cores (decode_mlp.cu):
 //
-//   gate_up:  grid (pairs, feature slices). A CTA copies its pair's token row into shared
-//             memory, and each warp streams the gate and up rows of two features of the pair's
-//             expert (16-byte loads, all of a step in flight), reduces the dot products across
-//             the warp and writes h[pair, n] = act(gate) * up in fp32.
-//   down:     grid (tokens, output-row slices). A CTA takes its token's topk pairs: their h
-//             rows go to shared memory, rounded to the input dtype or, for fp8, quantized with
-//             group-128 scales exactly as quantize_rows would (the scales folded with the
-//             router weight); each warp then streams two w2 rows of every pair's expert and
-//             writes out[t, k] = sum over pairs of w * (w2[e] row k . a2), in the output dtype.
+//   gate_up:  grid (pairs, N / 8). A CTA stages its pair's token row in shared memory (16-bit;
+//             fp8 as exact fp16) and streams the gate and up rows of 8 features of the pair's
+//             expert, its warps splitting K; it writes h[pair, n] = act(gate) * up in fp32.
+//   down:     grid (tokens, K / 16). A CTA takes its token's topk pairs: their h rows go to
+//             shared memory, rounded to the input dtype or, for fp8, quantized with group-128
+//             scales exactly as quantize_rows would (the scales folded with the router weight
+//             and the w2 scale); its warps stream 16 w2 rows of every pair's expert and it writes
+//             out[t, k] = sum over pairs of w * (w2[e] row k . a2), in the output dtype.
 //
-// On sm_90 down is a programmatic dependent launch of gate_up: it launches during gate_up's
-// last wave, requests its first w2 rows and waits for gate_up to finish before reading h
-// (hiding the launch gap; MODMOE_PDL=0 turns it off). gate_up itself is launched normally: it
-// reads the routing, which the kernels before it write. Both kernels request their first
-// weights before staging their vector operand, and keep the next batch in flight while
-// multiplying the current one.
+// On sm_90 down is a programmatic dependent launch of gate_up: it launches as gate_up's last
+// wave leaves the SMs, requests its first w2 stages and waits for gate_up to finish before
+// reading h (MODMOE_PDL=0 turns it off). gate_up itself is launched normally: it reads the
+// routing, which the kernels before it write. Both request their first weights before staging
+// their vector operand.
 //
-// Measured on the H200 (docs/perf.md, "Fifth session"): 0.74-0.94x the grouped path's time for
-// the M = 1 layers of Qwen3, Qwen3.5 and gpt-oss bf16, but the kernels stream at only 10-87 %
-// of the read bandwidth (down, and fp8, the slowest), so big layers stay on the grouped paths
-// (CudaExperts' rule, cuda_experts.h).
+// Measured on the H200 (docs/perf.md, "Sixth session"): the big layers' gate_up streams at
+// 75-81 % of the DRAM bandwidth, down at 44-71 % (fp8 the lower: it quantizes h in every CTA);
+// small layers cost ~8-9 us per kernel whatever their bytes.
 //
 // Each weight row a CTA needs is read once per pair: a pair's expert is read again by every
 // other pair routed to it, which at <= 1 pair per expert mostly hits the L2 (those CTAs run
