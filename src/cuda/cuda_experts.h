@@ -30,7 +30,7 @@ namespace modmoe::cuda {
 // pair per local expert on average (M * topk <= E_local) and at most kMaxDecodeWeightBytes of
 // expert weights (M * topk * one expert's w13 + w2). On the H200 (2026-12-01, docs/perf.md) the
 // decode path wins the M = 1 layer of every standard model but DeepSeek-V3 bf16 (1.03x the
-// Hopper path's time), from 0.71x (Qwen3 fp8) to 0.91x (Mixtral bf16), and loses at M = 16
+// Hopper path's time), from 0.71x (Qwen3 fp8) to 0.98x (gpt-oss bf16), and loses at M = 16
 // (Qwen3 fp8 1.30x, Qwen3.5 fp8 1.15x: pairs share experts, and each pair reads its own), where
 // the byte bound keeps the grouped paths.
 class CudaExperts final : public Experts {

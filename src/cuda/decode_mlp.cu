@@ -79,14 +79,15 @@ using OperandOf = std::conditional_t<std::is_same_v<W, uint8_t>, __half, W>;
 
 // ---- one step of the tile's MMAs ----------------------------------------------------------------
 
-// d += A * B over one step: lo / hi are the 16 bytes this lane loaded of rows g and g + 8, b the
-// vector's values at the same k (kValues 16-bit values, as 32-bit pairs).
+// Two e4m3 codes (the low 16 bits) as an fp16 pair, exactly.
 __device__ __forceinline__ uint32_t e4m3x2_to_half2(uint32_t two_codes) {
   const __half2_raw h =
       __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
   return uint32_t{h.x} | (uint32_t{h.y} << 16);
 }
 
+// d += A * B over one step: lo / hi are the 16 bytes this lane loaded of rows g and g + 8, b the
+// vector's values at the same k (kValues 16-bit values, as 32-bit pairs).
 template <typename W>
 __device__ __forceinline__ void mma_step(float (&d)[4], const uint4& lo, const uint4& hi,
                                          const uint32_t* b) {
