@@ -30,8 +30,11 @@ def time_of(measured):
 
 
 def layer_rows(results):
-    """Whole-layer cases: key (model, quant, M) -> (experts, time)."""
-    return {(c["model"], c["quant"], c["M"]): (c.get("experts", ""), c.get("time_us"))
+    """Whole-layer cases: key (model, quant, M) -> (experts[/path], time). The path (decode,
+    grouped, hopper) is in results from 2026-12-01's sixth session on."""
+    def experts(c):
+        return c.get("experts", "") + (f"/{c['path']}" if c.get("path") else "")
+    return {(c["model"], c["quant"], c["M"]): (experts(c), c.get("time_us"))
             for c in results["cases"] if "model" in c}
 
 

@@ -29,6 +29,8 @@
 #include "bench_json.h"
 #include "bench_kernels.h"
 #include "bench_stages.h"
+#include "cuda/cuda_experts.h"
+#include "cuda/sm90/sm90_experts.h"
 #include "modmoe/cuda.h"
 #include "modmoe/modmoe.h"
 
@@ -155,11 +157,21 @@ HostRouting draw_routing(const ModelShape& m, int64_t M, uint64_t seed) {
   return r;
 }
 
+// Which path an apply of M tokens takes inside the experts (the JSON's "path": a route change
+// shows in the results, not only in the time): "decode", "grouped" or "hopper" for CudaExperts
+// and Sm90Experts, the experts' name for any other part.
+std::string experts_path(const Experts& e, int64_t M) {
+  if (const auto* sm90 = dynamic_cast<const cuda::Sm90Experts*>(&e)) return sm90->route(M);
+  if (const auto* portable = dynamic_cast<const cuda::CudaExperts*>(&e)) return portable->route(M);
+  return e.name();
+}
+
 struct CaseResult {
   const ModelShape* model = nullptr;
   QuantScheme scheme = QuantScheme::none;
   int64_t M = 0;
   std::string experts_name, pf_name;
+  std::string path;  // which path inside the experts ran (experts_path)
   int64_t experts_hit = 0;
   double flops = 0, weight_bytes = 0, bytes = 0;
   Timing modmoe;
@@ -247,6 +259,7 @@ void run_case(const SuiteContext& s, const ModelShape& model, QuantScheme scheme
   const ModularKernel kernel =
       make_modular_kernel(o.prepare_finalize, o.experts, c, Device::cuda(0));
   r.experts_name = kernel.experts().name();
+  r.path = experts_path(kernel.experts(), M);
   r.pf_name = kernel.prepare_finalize().name();
   const Context ctx = cuda_context(0, stream);
   const Device dev = Device::cuda(0);
@@ -323,6 +336,7 @@ std::string case_json(const CaseResult& r) {
       .str("activation", activation_name(r.model->activation))
       .str("prepare_finalize", r.pf_name)
       .str("experts", r.experts_name)
+      .str("path", r.path)
       .num("experts_hit", r.experts_hit)
       .num("flops", r.flops)
       .num("weight_bytes", r.weight_bytes)

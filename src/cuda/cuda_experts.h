@@ -60,6 +60,8 @@ class CudaExperts final : public Experts {
   bool runs_decode(int64_t M) const;
   // The most tokens an apply may have and still take the decode path (0: none).
   int64_t max_decode_tokens() const;
+  // The path an apply of M tokens takes: "decode" or "grouped" (for benchmark records).
+  const char* route(int64_t M) const { return runs_decode(M) ? "decode" : "grouped"; }
   static constexpr int64_t kMaxDecodeWeightBytes = int64_t{256} << 20;
 
  private:

@@ -639,6 +639,12 @@ TEST(Sm90Experts, FewRowsPerExpertRunThePortablePipeline) {
   EXPECT_TRUE(block.runs_portable(16));   // 128 pairs on 128 experts
   EXPECT_FALSE(block.runs_portable(17));  // 136 pairs: more than one per expert
   EXPECT_FALSE(block.runs_portable(8192));
+  // route() names the path for the benchmark's records.
+  EXPECT_STREQ(bf16.route(1), "decode");
+  EXPECT_STREQ(bf16.route(128), "grouped");
+  EXPECT_STREQ(bf16.route(8192), "hopper");
+  EXPECT_STREQ(block.route(16), "decode");
+  EXPECT_STREQ(block.route(17), "hopper");
   const cuda::Sm90Experts folded(cfg, /*reduce_in_gemm2=*/true);
   EXPECT_FALSE(folded.runs_portable(1));
   // max_portable_tokens() is the ceil(pairs / busy experts) rule at its edge, for uneven sizes

@@ -55,6 +55,9 @@ class Sm90Experts final : public Experts {
   bool runs_portable(int64_t M) const;
   int64_t max_portable_tokens() const;  // the largest M of the grouped rows rule (0: none)
   int64_t decode_rows_per_expert() const;
+  // The path an apply of M tokens takes: CudaExperts' "decode" or "grouped", or "hopper" (this
+  // part's own kernels); for benchmark records.
+  const char* route(int64_t M) const { return runs_portable(M) ? portable_->route(M) : "hopper"; }
   static constexpr int64_t kDecodeRowsPerExpertBf16 = 8;
   static constexpr int64_t kDecodeRowsPerExpertFp8 = 0;
 
