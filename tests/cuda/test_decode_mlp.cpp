@@ -38,19 +38,12 @@ struct DecodeCase {
 void PrintTo(const DecodeCase& c, std::ostream* os) { *os << c.name; }
 
 testing::ProblemSpec spec_for(const DecodeCase& c) {
-  testing::ProblemSpec spec;
-  MoEConfig& cfg = spec.config;
-  cfg.num_experts = c.E;
-  cfg.num_local_experts = c.E_local;
-  cfg.hidden_size = c.K;
-  cfg.intermediate_size = c.N;
-  cfg.topk = c.topk;
-  cfg.in_dtype = c.dtype;
-  cfg.quant.scheme = c.scheme;
-  cfg.activation = c.activation;
-  cfg.gated_layout = c.layout;
-  spec.M = c.M;
-  spec.seed = 4400 + static_cast<uint64_t>(c.M * 31 + c.K + c.N);
+  testing::ProblemSpec spec =
+      testing::simple_spec(c.M, c.topk, c.E, c.K, c.N, c.dtype, c.scheme,
+                           4400 + static_cast<uint64_t>(c.M * 31 + c.K + c.N));
+  spec.config.num_local_experts = c.E_local;
+  spec.config.activation = c.activation;
+  spec.config.gated_layout = c.layout;
   spec.int64_ids = c.int64_ids;
   spec.use_expert_map = c.E_local < c.E;
   spec.apply_router_weight_on_input = c.router_weight_on_input;
@@ -112,14 +105,7 @@ INSTANTIATE_TEST_SUITE_P(
 // ---- which applies take the decode path (host only but the last: run without a GPU) ----------
 
 MoEConfig qwen3_like(QuantScheme scheme) {
-  MoEConfig c;
-  c.num_experts = c.num_local_experts = 128;
-  c.topk = 8;
-  c.hidden_size = 2048;
-  c.intermediate_size = 768;
-  c.in_dtype = DType::bf16;
-  c.quant.scheme = scheme;
-  return c;
+  return testing::simple_spec(1, 8, 128, 2048, 768, DType::bf16, scheme).config;
 }
 
 TEST(DecodeRoute, OneTokenOrAtMostOnePairPerLocalExpertAndABoundedWeightStream) {

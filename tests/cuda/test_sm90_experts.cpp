@@ -34,17 +34,10 @@ struct FoldCase {
 class Sm90ReduceInGemm2 : public ::testing::TestWithParam<FoldCase> {};
 
 testing::ProblemSpec fold_spec(const FoldCase& c) {
-  testing::ProblemSpec spec;
-  MoEConfig& cfg = spec.config;
-  cfg.num_experts = 16;
-  cfg.num_local_experts = c.expert_map ? 8 : 16;
-  cfg.hidden_size = 256;
-  cfg.intermediate_size = 256;
-  cfg.topk = c.router_weight_on_input ? 1 : 4;
-  cfg.in_dtype = DType::bf16;
-  cfg.quant.scheme = c.scheme;
-  spec.M = 93;
-  spec.seed = 9100 + static_cast<uint64_t>(c.scheme) * 7 + c.expert_map;
+  testing::ProblemSpec spec =
+      testing::simple_spec(93, c.router_weight_on_input ? 1 : 4, 16, 256, 256, DType::bf16,
+                           c.scheme, 9100 + static_cast<uint64_t>(c.scheme) * 7 + c.expert_map);
+  spec.config.num_local_experts = c.expert_map ? 8 : 16;
   spec.use_expert_map = c.expert_map;
   spec.apply_router_weight_on_input = c.router_weight_on_input;
   return spec;
@@ -120,18 +113,12 @@ TEST_P(Sm90ExpertsUnaligned, Fp8BlockMatchesTheOracle) {
   CudaSession s;
   MODMOE_REQUIRE_SM90(s);
   const UnalignedCase& c = GetParam();
-  testing::ProblemSpec spec;
+  testing::ProblemSpec spec = testing::simple_spec(
+      c.M, 4, 16, 320, 192, DType::bf16, QuantScheme::fp8_block,
+      9300 + static_cast<uint64_t>(c.layout) * 11 + static_cast<uint64_t>(c.M));
   MoEConfig& cfg = spec.config;
-  cfg.num_experts = cfg.num_local_experts = 16;
-  cfg.hidden_size = 320;
-  cfg.intermediate_size = 192;
-  cfg.topk = 4;
-  cfg.in_dtype = DType::bf16;
-  cfg.quant.scheme = QuantScheme::fp8_block;
   cfg.gated_layout = c.layout;
   cfg.activation = c.layout == GatedLayout::Interleaved ? Activation::swigluoai : Activation::silu;
-  spec.M = c.M;
-  spec.seed = 9300 + static_cast<uint64_t>(c.layout) * 11 + static_cast<uint64_t>(c.M);
   ASSERT_EQ(cuda::sm90_experts_unsupported(cfg), "");
   const testing::Problem p = testing::make_problem(spec);
   auto experts = std::make_shared<cuda::Sm90Experts>(p.spec.config);

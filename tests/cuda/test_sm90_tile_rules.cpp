@@ -13,6 +13,7 @@
 #include "cuda/sm90/sm90_experts.h"
 #include "cuda/sm90/sm90_gemm.h"
 #include "modmoe/quant.h"
+#include "oracle/problem.h"
 
 namespace modmoe {
 namespace {
@@ -205,13 +206,8 @@ TEST(Sm90TileRules, Fp8BlockGatedRefusesTilesWhoseHalvesStraddleScaleBlocksByNam
 // The Sm90Experts config rule that follows: fp8_block takes K, N multiples of 16, and N % 64
 // for GateUp/UpGate (GEMM1's fp8 out needs a 256-wide tile, at best 64x256).
 TEST(Sm90TileRules, Sm90ExpertsTakeFp8BlockWithUnalignedKAndN) {
-  MoEConfig c;
-  c.num_experts = c.num_local_experts = 128;
-  c.topk = 4;
-  c.hidden_size = 2880;
-  c.intermediate_size = 2880;
-  c.in_dtype = DType::bf16;
-  c.quant.scheme = QuantScheme::fp8_block;
+  MoEConfig c =
+      testing::simple_spec(1, 4, 128, 2880, 2880, DType::bf16, QuantScheme::fp8_block).config;
   c.activation = Activation::swigluoai;
   for (GatedLayout layout : {GatedLayout::GateUp, GatedLayout::UpGate, GatedLayout::Interleaved}) {
     c.gated_layout = layout;
