@@ -45,13 +45,20 @@ __global__ void expert_counts_kernel(const int32_t* __restrict__ m_indptr, int64
   counts[e] = static_cast<int32_t>(n < T ? n : T);
 }
 
-template <typename V>
-__global__ void copy_rows_kernel(const char* __restrict__ src, int64_t src_stride,
-                                 char* __restrict__ dst, int64_t dst_stride, int64_t row_bytes,
-                                 const int32_t* __restrict__ batched_row, int64_t num_pairs,
-                                 int64_t topk, bool gather) {
-  const int64_t n = row_bytes / static_cast<int64_t>(sizeof(V));
-  for (int64_t p = blockIdx.x; p < num_pairs; p += gridDim.x) {
+// One thread per (row, unit) of the flattened copy (a grid-stride loop past 65535 blocks): a
+// row's units are spread over lanes whatever the row length. One block per row left a 64-byte
+// scale row to 4 threads of a 32-thread block: 42 us for Qwen3-30B's 65536 pairs at M = 8192 on
+// the H200, 5.6 us flattened (docs/perf.md). Index is int32_t when every unit index fits.
+template <typename V, typename Index>
+__global__ void __launch_bounds__(kThreads)
+    copy_rows_kernel(const char* __restrict__ src, int64_t src_stride, char* __restrict__ dst,
+                     int64_t dst_stride, Index units_per_row,
+                     const int32_t* __restrict__ batched_row, Index total_units, Index topk,
+                     bool gather) {
+  const Index stride = static_cast<Index>(gridDim.x) * kThreads;
+  for (Index g = static_cast<Index>(blockIdx.x) * kThreads + threadIdx.x; g < total_units;
+       g += stride) {
+    const Index p = g / units_per_row, u = g - p * units_per_row;
     int64_t s, d;
     if (gather) {
       s = batched_row[p];
@@ -61,13 +68,8 @@ __global__ void copy_rows_kernel(const char* __restrict__ src, int64_t src_strid
       if (d < 0) continue;
       s = p / topk;
     }
-    V* dv = reinterpret_cast<V*>(dst + d * dst_stride);
-    if (s < 0) {
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dv[i] = V{};
-    } else {
-      const V* sv = reinterpret_cast<const V*>(src + s * src_stride);
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dv[i] = sv[i];
-    }
+    V* to = reinterpret_cast<V*>(dst + d * dst_stride) + u;
+    *to = s < 0 ? V{} : reinterpret_cast<const V*>(src + s * src_stride)[u];
   }
 }
 
@@ -87,14 +89,22 @@ void copy_rows(const char* fn, const void* src, int64_t src_stride, void* dst, i
   while (unit > 1 && !(is_aligned(src, unit) && is_aligned(dst, unit) && src_stride % unit == 0 &&
                        dst_stride % unit == 0 && row_bytes % unit == 0))
     unit /= 2;
-  const int64_t units = row_bytes / unit;
-  const int threads = static_cast<int>(std::min<int64_t>(kThreads, (units + 31) / 32 * 32));
-  const int blocks = static_cast<int>(std::min<int64_t>(num_pairs, kMaxBlocks));
+  const int64_t units = row_bytes / unit, total = units * num_pairs;
+  const int blocks = grid_for(total);
   auto launch = [&](auto tag) {
     using V = typename decltype(tag)::type;
-    copy_rows_kernel<V><<<blocks, threads, 0, stream>>>(
-        static_cast<const char*>(src), src_stride, static_cast<char*>(dst), dst_stride, row_bytes,
-        batched_row, num_pairs, topk, gather);
+    const auto run = [&](auto index_tag) {
+      using Index = decltype(index_tag);
+      copy_rows_kernel<V, Index><<<blocks, kThreads, 0, stream>>>(
+          static_cast<const char*>(src), src_stride, static_cast<char*>(dst), dst_stride,
+          static_cast<Index>(units), batched_row, static_cast<Index>(total),
+          static_cast<Index>(topk), gather);
+    };
+    // int32 division when the last index of the grid-stride loop still fits.
+    if (total + int64_t{kThreads} * kMaxBlocks < std::numeric_limits<int32_t>::max())
+      run(int32_t{});
+    else
+      run(int64_t{});
   };
   switch (unit) {
     case 16:

@@ -1,7 +1,7 @@
 // The permute (see permute.h), two paths with identical outputs:
 //   single_block  one launch: a counting sort by one 1024-thread block in shared memory.
-//   radix_sort    keys -> stable radix sort (CUB) -> m_indptr by binary search -> row maps.
-//                 Four launches plus CUB's.
+//   radix_sort    keys -> stable radix sort (CUB) -> row maps and m_indptr in one pass.
+//                 Two launches plus CUB's.
 // Neither uses global atomics or synchronizes with the host.
 #include <algorithm>
 #include <cub/block/block_scan.cuh>
@@ -157,34 +157,27 @@ __global__ void pair_keys_kernel(const IdT* __restrict__ ids, int32_t num_pairs,
   }
 }
 
-// m_indptr[e] = first sorted row whose key is >= e (a lower bound), for e in [0, E_local].
-__global__ void m_indptr_kernel(const uint32_t* __restrict__ sorted_keys, int32_t num_pairs,
-                                int32_t num_local_experts, int32_t* __restrict__ m_indptr) {
-  const int32_t e = blockIdx.x * blockDim.x + threadIdx.x;
-  if (e > num_local_experts) return;
-  int32_t lo = 0, hi = num_pairs;
-  while (lo < hi) {
-    const int32_t mid = lo + (hi - lo) / 2;
-    if (sorted_keys[mid] < static_cast<uint32_t>(e)) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  m_indptr[e] = lo;
-}
-
+// Per sorted row r: sorted_token and row_of_pair, and m_indptr[e] = first sorted row whose key
+// is >= e (a lower bound) for e in [0, E_local], written by the row where the key steps past e
+// (the keys are sorted, so each e is written once: by row r for keys[r - 1] < e <= keys[r], by
+// the last row for e > keys[last]). One pass instead of a binary search per expert, which was
+// a chain of ~17 dependent loads: 8 us at 65536 pairs on the H200 (docs/perf.md).
 __global__ void row_maps_kernel(const int32_t* __restrict__ sorted_pair,
                                 const uint32_t* __restrict__ sorted_keys, int32_t num_pairs,
                                 int32_t topk, int32_t num_local_experts,
                                 int32_t* __restrict__ sorted_token,
-                                int32_t* __restrict__ row_of_pair) {
+                                int32_t* __restrict__ row_of_pair, int32_t* __restrict__ m_indptr) {
+  const uint32_t e_local = static_cast<uint32_t>(num_local_experts);
   for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < num_pairs;
        r += int64_t{gridDim.x} * blockDim.x) {
     const int32_t p = sorted_pair[r];
+    const uint32_t key = min(sorted_keys[r], e_local);
     sorted_token[r] = p / topk;
-    row_of_pair[p] =
-        sorted_keys[r] < static_cast<uint32_t>(num_local_experts) ? static_cast<int32_t>(r) : -1;
+    row_of_pair[p] = key < e_local ? static_cast<int32_t>(r) : -1;
+    const uint32_t first_e = r == 0 ? 0u : min(sorted_keys[r - 1], e_local) + 1;
+    for (uint32_t e = first_e; e <= key; ++e) m_indptr[e] = static_cast<int32_t>(r);
+    if (r == num_pairs - 1)
+      for (uint32_t e = key + 1; e <= e_local; ++e) m_indptr[e] = num_pairs;
   }
 }
 
@@ -231,12 +224,9 @@ void radix_sort_permute(const PermuteArgs& a, const PermuteWorkspace& ws, cudaSt
       ws.sort_temp, temp_bytes, ws.keys, sorted_keys, ws.pair_ids, ws.sorted_pair,
       static_cast<int>(pairs), 0, ws.sort_end_bit, stream));
 
-  m_indptr_kernel<<<blocks_for(e_local + 1, kThreads), kThreads, 0, stream>>>(sorted_keys, pairs,
-                                                                              e_local, ws.m_indptr);
-  MODMOE_CUDA_CHECK_LAUNCH();
-  row_maps_kernel<<<grid_for(pairs), kThreads, 0, stream>>>(ws.sorted_pair, sorted_keys, pairs,
-                                                            static_cast<int32_t>(a.topk), e_local,
-                                                            ws.sorted_token, ws.row_of_pair);
+  row_maps_kernel<<<grid_for(pairs), kThreads, 0, stream>>>(
+      ws.sorted_pair, sorted_keys, pairs, static_cast<int32_t>(a.topk), e_local, ws.sorted_token,
+      ws.row_of_pair, ws.m_indptr);
   MODMOE_CUDA_CHECK_LAUNCH();
 }
 

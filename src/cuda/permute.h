@@ -7,7 +7,7 @@
 // bits (PermutePath):
 //   single_block  small problems (num_pairs <= 8192, E_local <= 1024; decode): one kernel, one
 //                 1024-thread block, a counting sort in shared memory. One launch.
-//   radix_sort    anything: CUB DeviceRadixSort plus three kernels of ours.
+//   radix_sort    anything: CUB DeviceRadixSort plus two kernels of ours.
 // From that order:
 //
 //   m_indptr[e]     (E_local + 1) rows of expert e are [m_indptr[e], m_indptr[e+1]);

@@ -1,6 +1,6 @@
 // The two implementations of cuda::permute (src/cuda/permute.h) on the same inputs:
 //   single_block  the one-launch counting sort for small problems (decode)
-//   radix_sort    CUB DeviceRadixSort + three kernels
+//   radix_sort    CUB DeviceRadixSort + two kernels
 // must give identical outputs (m_indptr, sorted_pair, sorted_expert, sorted_token, row_of_pair),
 // and both must equal a host counting sort. The routings mix local pairs, pairs mapped to -1,
 // ids outside [0, E) and map entries outside [0, E_local), skewed towards a few experts so that
