@@ -373,7 +373,7 @@ void CudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   gemm2_range.close();
 
   // 4. Unpermute + top-k weight + reduce: out[t] = sum_k w[t, k] * y[row_of_pair[t, k]].
-  const WeightedReduceArgs r = standard_reduce_args(c, a, l.y, l.perm.row_of_pair, M);
+  const WeightedReduceArgs r = standard_reduce_args(c, a, l.y, DType::fp32, l.perm.row_of_pair, M);
   TraceRange reduce_range(ctx, "reduce");
   weighted_reduce(r, stream);
 }

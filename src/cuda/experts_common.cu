@@ -123,12 +123,12 @@ PermuteArgs standard_permute_args(const MoEConfig& c, const ApplyArgs& a, int64_
   return p;
 }
 
-WeightedReduceArgs standard_reduce_args(const MoEConfig& c, const ApplyArgs& a, const float* y,
-                                        const int32_t* row_of_pair, int64_t M) {
+WeightedReduceArgs standard_reduce_args(const MoEConfig& c, const ApplyArgs& a, const void* y,
+                                        DType y_dtype, const int32_t* row_of_pair, int64_t M) {
   const int64_t K = c.hidden_size;
   WeightedReduceArgs r;
   r.src = y;
-  r.src_dtype = DType::fp32;
+  r.src_dtype = y_dtype;
   r.src_ld = K;
   r.pair_row = row_of_pair;
   r.topk_weights = a.apply_router_weight_on_input ? nullptr : a.topk_weights.data_ptr<float>();

@@ -38,10 +38,11 @@ void check_batched_apply(const char* fn, const Context& ctx, const MoEConfig& c,
 // The permute of a standard apply: the routing of its M tokens over the local experts.
 PermuteArgs standard_permute_args(const MoEConfig& c, const ApplyArgs& a, int64_t M);
 
-// The unpermute + top-k weight + reduce of a standard apply, from y (M * topk, K) fp32 rows
-// (row_of_pair from the permute) into a.output: out[t] = sum_k w[t, k] * y[row_of_pair[t, k]].
-WeightedReduceArgs standard_reduce_args(const MoEConfig& c, const ApplyArgs& a, const float* y,
-                                        const int32_t* row_of_pair, int64_t M);
+// The unpermute + top-k weight + reduce of a standard apply, from y (M * topk, K) rows of
+// y_dtype (row_of_pair from the permute) into a.output:
+// out[t] = sum_k w[t, k] * y[row_of_pair[t, k]], summed in fp32.
+WeightedReduceArgs standard_reduce_args(const MoEConfig& c, const ApplyArgs& a, const void* y,
+                                        DType y_dtype, const int32_t* row_of_pair, int64_t M);
 
 // Byte workspaces (uint8) and the output shape.
 WorkspaceShapes byte_workspaces(size_t ws13_bytes, size_t ws2_bytes, Shape output,

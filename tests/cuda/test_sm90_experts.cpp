@@ -77,9 +77,10 @@ TEST(Sm90ReduceInGemm2Guard, NeedsANonDeterministicContextAndHoldsNoPairsByKBuff
       M, cfg.intermediate_size, K, cfg.topk, cfg.num_experts, cfg.num_local_experts, nullptr);
   const WorkspaceShapes wd = fixed_order.workspace_shapes(
       M, cfg.intermediate_size, K, cfg.topk, cfg.num_experts, cfg.num_local_experts, nullptr);
-  // workspace13 holds GEMM2's output: (M, K) fp32 token rows instead of (M * topk, K).
+  // workspace13 holds GEMM2's output: (M, K) fp32 token rows (the epilogue's atomics add into
+  // fp32) instead of the fixed order's (M * topk, K) bf16 rows.
   EXPECT_EQ(shape_numel(wd.workspace13) - shape_numel(wf.workspace13),
-            (cfg.topk - 1) * M * K * int64_t(sizeof(float)));
+            cfg.topk * M * K * int64_t(sizeof(uint16_t)) - M * K * int64_t(sizeof(float)));
 
   try {
     forward_on_gpu(s, p, std::make_shared<cuda::Sm90Experts>(cfg, true),

@@ -10,6 +10,7 @@
 // groups), dequantized. Rows outside [m_indptr[0], m_indptr[E]) keep their 0xFF poison.
 // Every test needs a device that can run the Hopper kernel; elsewhere it is reported skipped.
 #include <cuda_runtime.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -204,8 +205,10 @@ std::vector<float> as_floats(const Tensor& t) {
 }
 
 // fp32 out, every tile: plain N_b = 336 (2.625 * 128), gated N = 192 (1.5 * 128) in each layout.
-// GateUp/UpGate may refuse 128x256 (128-row halves straddle scale blocks at N = 192); the
-// heuristic's tile ("") never refuses, and the refusal names the tile.
+// Every tile takes every layout: at N = 192 the up (GateUp) or gate (UpGate) rows of a tile start
+// 64 rows into a 128-row weight-scale block, which the 128x256 tile's 128-row halves straddle at
+// their middle (each 64-row part reads its own scale) and the other tiles' halves of <= 64 rows
+// never cross; an Interleaved half of 128x256 spans two blocks, split at the same place.
 TEST(Sm90GemmUnaligned, Fp8BlockEveryTileMatchesTheDequantizedReference) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
@@ -218,22 +221,75 @@ TEST(Sm90GemmUnaligned, Fp8BlockEveryTileMatchesTheDequantizedReference) {
     const std::vector<float> ref = reference(o, E, N_b, mode);
     std::vector<std::string> tiles = {""};
     for (const std::string& t : sm90::tile_names()) tiles.push_back(t);
-    int ran = 0;
     for (const std::string& tile : tiles) {
       const std::string what = std::string(mode_name(mode)) + " tile \"" + tile + "\"";
       Result r;
-      const std::string refused =
-          testing::error_of([&] { r = run(gpu, o, E, N_b, mode, DType::fp32, tile); });
-      if (!refused.empty()) {
-        EXPECT_FALSE(tile.empty()) << what << " refused: " << refused;
-        EXPECT_NE(refused.find(tile), std::string::npos) << what << ": " << refused;
-        continue;
-      }
-      ++ran;
+      ASSERT_EQ(testing::error_of([&] { r = run(gpu, o, E, N_b, mode, DType::fp32, tile); }), "")
+          << what;
       EXPECT_TRUE(close_to(as_floats(r.out), ref, r.out, N_out, kFp32OutTolerance)) << what;
     }
-    EXPECT_GE(ran, 4) << mode_name(mode);  // "" and at least three explicit tiles
   }
+}
+
+// N = 160 (N % 64 == 32): GateUp's up rows start 32 rows into a scale block, inside a 64-row
+// part of every 128x128, 64x256 and 128x256 half: those tiles refuse, naming the rule; 64x128
+// (32-row halves) takes the call, and so does the heuristic (stepping down to it).
+TEST(Sm90GemmUnaligned, Fp8BlockTilesRefuseScalePartsThatStraddleABlock) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession gpu;
+  MODMOE_REQUIRE_SM90(gpu);
+  const int64_t E = static_cast<int64_t>(unaligned_indptr().size()) - 1, N_out = 160;
+  const Operands o = make_operands(E, 2 * N_out, 11100);
+  const std::vector<float> ref = reference(o, E, 2 * N_out, Mode::gate_up);
+  for (const std::string tile : {"128x256", "128x128", "64x256"}) {
+    Result r;
+    const std::string refused =
+        testing::error_of([&] { r = run(gpu, o, E, 2 * N_out, Mode::gate_up, DType::fp32, tile); });
+    EXPECT_THAT(refused, ::testing::HasSubstr("tile " + tile)) << tile;
+    EXPECT_THAT(refused, ::testing::HasSubstr("N % 64 == 0")) << tile;
+  }
+  for (const std::string tile : {"", "64x128"}) {
+    Result r;
+    ASSERT_EQ(testing::error_of(
+                  [&] { r = run(gpu, o, E, 2 * N_out, Mode::gate_up, DType::fp32, tile); }),
+              "")
+        << tile;
+    EXPECT_TRUE(close_to(as_floats(r.out), ref, r.out, N_out, kFp32OutTolerance)) << tile;
+  }
+}
+
+// 16-bit outs leave the epilogue as 8-byte pieces, 4 columns of a row per lane after a swap
+// with the neighbouring lane (store_tile: whole 32-byte sectors per instruction). Plain,
+// N_b = 170 (170 % 8 == 2): rows past row 0 are not 8-byte aligned, so every row takes the
+// 4-byte fallback, and a row's last piece is partial. An odd N_out (column pairs would straddle
+// rows) is refused by name.
+TEST(Sm90GemmUnaligned, SixteenBitOutsOfRowsNotAMultipleOf8Columns) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession gpu;
+  MODMOE_REQUIRE_SM90(gpu);
+  const int64_t E = static_cast<int64_t>(unaligned_indptr().size()) - 1;
+  constexpr double kSixteenBitOutTolerance = 4e-3;  // one rounding to bf16 / fp16
+  for (const int64_t N_b : {int64_t{336}, int64_t{170}}) {
+    const Operands o = make_operands(E, N_b, 11200 + static_cast<uint64_t>(N_b));
+    const std::vector<float> ref = reference(o, E, N_b, Mode::plain);
+    std::vector<std::string> tiles = {""};
+    for (const std::string& t : sm90::tile_names()) tiles.push_back(t);
+    for (DType out_dtype : {DType::bf16, DType::fp16}) {
+      for (const std::string& tile : tiles) {
+        const std::string what = "N_b " + std::to_string(N_b) + " out " +
+                                 dtype_name(out_dtype) + " tile \"" + tile + "\"";
+        Result r;
+        ASSERT_EQ(testing::error_of([&] { r = run(gpu, o, E, N_b, Mode::plain, out_dtype, tile); }),
+                  "")
+            << what;
+        EXPECT_TRUE(close_to(as_floats(r.out), ref, r.out, N_b, kSixteenBitOutTolerance)) << what;
+      }
+    }
+  }
+  const Operands odd = make_operands(E, 171, 11300);
+  Result r;
+  EXPECT_THAT(testing::error_of([&] { r = run(gpu, odd, E, 171, Mode::plain, DType::bf16, ""); }),
+              ::testing::HasSubstr("even number of columns, got 171"));
 }
 
 // The fp8 gated out (GEMM1 of Sm90Experts): N = 192, two quantization groups per row, the
@@ -254,7 +310,7 @@ TEST(Sm90GemmUnaligned, Fp8BlockGatedFp8OutMatchesTheCpuQuantizer) {
     quantize_activations(Context::cpu(), ref32, QuantScheme::fp8_block, false, ref_q, ref_scale);
     dequantize_activations(Context::cpu(), ref_q, ref_scale, QuantScheme::fp8_block, ref32);
     const std::vector<float> ref_deq(ref32.data_ptr<float>(), ref32.data_ptr<float>() + ref.size());
-    for (const std::string& tile : {std::string(""), std::string("64x256")}) {
+    for (const std::string& tile : {std::string(""), std::string("64x256"), std::string("128x256")}) {
       const std::string what = std::string(mode_name(mode)) + " tile \"" + tile + "\"";
       Result r;
       ASSERT_EQ(

@@ -69,14 +69,8 @@ TEST(Sm90TileRules, PrefillPicks128x256ForBf16AndFp8) {
   }
 }
 
-TEST(Sm90TileRules, Fp8WideTileRefusesInterleavedAndMxByName) {
+TEST(Sm90TileRules, Fp8WideTileRefusesMxByName) {
   MODMOE_REQUIRE_SM90_KERNELS();
-  sm90::GemmArgs interleaved = fp8_gated(1024, GatedLayout::Interleaved);
-  interleaved.tile = "128x256";
-  const std::string why_interleaved = sm90::can_implement(interleaved);
-  EXPECT_THAT(why_interleaved, ::testing::HasSubstr("128x256"));
-  EXPECT_THAT(why_interleaved, ::testing::HasSubstr("Interleaved"));
-
   sm90::GemmArgs mx = fp8_gated(1024, GatedLayout::GateUp);
   mx.mx = true;
   mx.a_scale = mx.b_scale = nullptr;
@@ -87,9 +81,10 @@ TEST(Sm90TileRules, Fp8WideTileRefusesInterleavedAndMxByName) {
   EXPECT_THAT(why_mx, ::testing::HasSubstr("128x256"));
   EXPECT_THAT(why_mx, ::testing::HasSubstr("MX-FP8"));
 
-  // The same tile takes GateUp and UpGate block-scaled fp8 (a check that the refusals above
-  // come from the layout and the scales, not from the arguments being unusable).
-  for (GatedLayout layout : {GatedLayout::GateUp, GatedLayout::UpGate}) {
+  // The same tile takes every gated layout with block scales (a check that the refusal above
+  // comes from the scales, not from the arguments being unusable): an Interleaved half of 128
+  // outputs spans 256 rows of b, and each 64-output part reads its own weight scale.
+  for (GatedLayout layout : {GatedLayout::GateUp, GatedLayout::UpGate, GatedLayout::Interleaved}) {
     sm90::GemmArgs ok = fp8_gated(1024, layout);
     ok.tile = "128x256";
     EXPECT_EQ(sm90::can_implement(ok), "") << gated_layout_name(layout);
@@ -98,15 +93,17 @@ TEST(Sm90TileRules, Fp8WideTileRefusesInterleavedAndMxByName) {
 
 TEST(Sm90TileRules, TheHeuristicNeverPicksATileThatRefusesTheCall) {
   MODMOE_REQUIRE_SM90_KERNELS();
-  // Where the rule says 128x256, Interleaved and MX calls run 128x128 (64x256 for an fp8 out),
-  // so an automatic tile is always accepted.
+  // Where the rule says 128x256, MX calls run 128x128, so an automatic tile is always accepted;
+  // Interleaved keeps 128x256 (bf16 and fp8 outs).
   sm90::GemmArgs interleaved = fp8_gated(1024, GatedLayout::Interleaved);
   EXPECT_EQ(sm90::can_implement(interleaved), "");
+  EXPECT_EQ(sm90::resolve_tile(interleaved), "128x256");
 
   sm90::GemmArgs interleaved_fp8_out = interleaved;
   interleaved_fp8_out.d_dtype = DType::fp8_e4m3;
   interleaved_fp8_out.d_scale = fake<float>(0x90000);
   EXPECT_EQ(sm90::can_implement(interleaved_fp8_out), "");
+  EXPECT_EQ(sm90::resolve_tile(interleaved_fp8_out), "128x256");
 
   sm90::GemmArgs mx = fp8_gated(1024, GatedLayout::GateUp);
   mx.mx = true;
@@ -114,15 +111,19 @@ TEST(Sm90TileRules, TheHeuristicNeverPicksATileThatRefusesTheCall) {
   mx.a_scale_mx = fake<const uint8_t>(0x70000);
   mx.b_scale_mx = fake<const uint8_t>(0x80000);
   EXPECT_EQ(sm90::can_implement(mx), "");
+  EXPECT_EQ(sm90::resolve_tile(mx), "128x128");
 }
 
 // ---- fp8 block scales with K, N not multiples of 128 ------------------------------------------
 
-// B rows of one consumer's accumulator half for tile "BMxBN" (the kernel's kWgN / 2).
-int half_rows(const std::string& tile) {
+// B rows (Interleaved: outputs) of one consumer's accumulator half that share one weight scale
+// for tile "BMxBN": the kernel's kWgN / 2, but 64 for the 128-row halves of 128x256, which read
+// one scale per 64 rows.
+int scale_rows(const std::string& tile) {
   const int bm = std::stoi(tile.substr(0, tile.find('x')));
   const int bn = std::stoi(tile.substr(tile.find('x') + 1));
-  return (bm == 128 ? bn : bn / 2) / 2;
+  const int half = (bm == 128 ? bn : bn / 2) / 2;
+  return half == 128 ? 64 : half;
 }
 
 // gpt-oss-120b's GEMM1 (E = 128, K = 2880, w13 (E, 2 * 2880, 2880)) with `rows` permuted rows.
@@ -139,10 +140,11 @@ sm90::GemmArgs gpt_oss_gemm1(int64_t rows, GatedLayout layout, bool fp8_out) {
   return g;
 }
 
-TEST(Sm90TileRules, Fp8BlockGptOssShapesResolveToATileWhoseHalvesFitOneScaleBlock) {
+TEST(Sm90TileRules, Fp8BlockGptOssShapesResolveToATileWhoseScalePartsFitOneBlock) {
   MODMOE_REQUIRE_SM90_KERNELS();
   // 2880 = 22.5 * 128: the up rows of GateUp start at row 2880, 64 rows into a 128-row weight
-  // scale block, so 128x256 (128-row halves) cannot take GateUp/UpGate; 64-row halves can.
+  // scale block; every tile's scale parts are <= 64 rows, so every tile takes it, and the
+  // heuristic's pick stands: 128x256 at prefill (> 64 rows per expert), 64x256 below.
   for (GatedLayout layout : {GatedLayout::GateUp, GatedLayout::UpGate, GatedLayout::Interleaved}) {
     for (int64_t rows : {int64_t{128}, int64_t{4096}, int64_t{32768}}) {
       for (bool fp8_out : {false, true}) {
@@ -152,22 +154,15 @@ TEST(Sm90TileRules, Fp8BlockGptOssShapesResolveToATileWhoseHalvesFitOneScaleBloc
                                  std::to_string(rows) + (fp8_out ? " fp8 out" : " bf16 out") +
                                  " tile " + tile;
         EXPECT_EQ(sm90::can_implement(g), "") << what;
-        if (layout == GatedLayout::Interleaved) {
-          EXPECT_LE(half_rows(tile), 64) << what;
-        } else {
-          EXPECT_EQ(2880 % half_rows(tile), 0) << what;
-        }
-        if (fp8_out) EXPECT_EQ(tile, "64x256") << what;  // the only 256-wide tile that fits
+        EXPECT_EQ(2880 % scale_rows(tile), 0) << what;
+        if (fp8_out) EXPECT_EQ(tile, rows > 64 * 128 ? "128x256" : "64x256") << what;
       }
     }
-    // Prefill with a bf16 out: the heuristic's 128x256 steps down to 128x128.
-    EXPECT_EQ(sm90::choose_tile(32768, 2880, 2880, 128, true, DType::fp8_e4m3, false, kSms),
-              "128x256");
-    EXPECT_EQ(sm90::resolve_tile(gpt_oss_gemm1(32768, layout, false)), "128x128")
+    EXPECT_EQ(sm90::resolve_tile(gpt_oss_gemm1(32768, layout, false)), "128x256")
         << gated_layout_name(layout);
   }
   // GEMM2 (plain, w2 (E, 2880, 2880)): a half starts at a multiple of its size, so every tile
-  // fits, 128x256 included, and K = 2880 (a partial last K block) is accepted.
+  // fits, and K = 2880 (a partial last K block) is accepted.
   sm90::GemmArgs g2 = gpt_oss_gemm1(32768, GatedLayout::GateUp, false);
   g2.gated = false;
   g2.N_b = 2880;
@@ -179,21 +174,26 @@ TEST(Sm90TileRules, Fp8BlockGptOssShapesResolveToATileWhoseHalvesFitOneScaleBloc
   }
 }
 
-TEST(Sm90TileRules, Fp8BlockGatedRefusesTilesWhoseHalvesStraddleScaleBlocksByName) {
+TEST(Sm90TileRules, Fp8BlockGatedRefusesTilesWhoseScalePartsStraddleABlockByName) {
   MODMOE_REQUIRE_SM90_KERNELS();
+  // N = 2848 = 89 * 32: the up rows start 32 rows into a scale block. Only the 32- and 16-row
+  // halves (64x128, 64x64) fit; the others refuse by name and say what they need.
   sm90::GemmArgs g = gpt_oss_gemm1(32768, GatedLayout::GateUp, false);
-  g.tile = "128x256";
-  const std::string why = sm90::can_implement(g);
-  EXPECT_THAT(why, ::testing::HasSubstr("128x256"));
-  EXPECT_THAT(why, ::testing::HasSubstr("N = b.size(1)/2 = 2880"));
-  for (const char* fits : {"128x128", "64x256", "64x128", "64x64"}) {
+  g.N_b = 2 * 2848;
+  for (const char* refuses : {"128x256", "128x128", "64x256"}) {
+    g.tile = refuses;
+    const std::string why = sm90::can_implement(g);
+    EXPECT_THAT(why, ::testing::HasSubstr(refuses));
+    EXPECT_THAT(why, ::testing::HasSubstr("N = b.size(1)/2 = 2848"));
+    EXPECT_THAT(why, ::testing::HasSubstr("N % 64 == 0"));
+  }
+  for (const char* fits : {"64x128", "64x64"}) {
     g.tile = fits;
     EXPECT_EQ(sm90::can_implement(g), "") << fits;
   }
-  // N = 2848 = 89 * 32: only the 32- and 16-row halves (64x128, 64x64) fit. The heuristic's
-  // pick steps down to 64x128; an fp8 out (256-wide tiles only) has no tile and says why.
+  // The heuristic's pick steps down to 64x128; an fp8 out (256-wide tiles only) has no tile
+  // and says why.
   g.tile.clear();
-  g.N_b = 2 * 2848;
   EXPECT_EQ(sm90::resolve_tile(g), "64x128");
   EXPECT_EQ(sm90::can_implement(g), "");
   g.d_dtype = DType::fp8_e4m3;

@@ -4,8 +4,9 @@
 //   Sm90Experts, P = M * topk pairs:
 //     workspace2:  permute arrays + CUB scratch | a (P, K) gathered rows | a scales (P, kb)
 //                  | a2 (P, N) GEMM2 operand | a2 scales (P, nb)          (scales: fp8 only)
-//     workspace13: y (P, K) fp32, GEMM2's output; with the reduce folded into GEMM2, (M, K) fp32
-//                  token rows instead
+//     workspace13: y (P, K) bf16, GEMM2's output (the reduce sums its top-k rows in fp32, in
+//                  fixed order); with the reduce folded into GEMM2, (M, K) fp32 token rows
+//                  instead (the epilogue's atomics add into fp32)
 //   BatchedSm90Experts, R = E_local * T rows:
 //     workspace2:  a2 (R, N) | a2 scales (R, nb)
 //     workspace13: (none: GEMM2 writes the output)
@@ -79,7 +80,7 @@ sm90::GemmArgs gemm1_args(const MoEConfig& c, const ExpertWeights& w, const void
 }
 
 sm90::GemmArgs gemm2_args(const MoEConfig& c, const ExpertWeights& w, int64_t rows,
-                          const Intermediate& m, float* y) {
+                          const Intermediate& m, void* y, DType y_dtype) {
   sm90::GemmArgs g;
   g.a = m.a2;
   g.total_rows = rows;
@@ -91,7 +92,7 @@ sm90::GemmArgs gemm2_args(const MoEConfig& c, const ExpertWeights& w, int64_t ro
   g.a_scale = m.a2_scale;
   g.b_scale = w.w2_scale.defined() ? w.w2_scale.data_ptr<float>() : nullptr;
   g.d = y;
-  g.d_dtype = DType::fp32;
+  g.d_dtype = y_dtype;
   return g;
 }
 
@@ -110,9 +111,17 @@ struct StandardLayout {
   void* a = nullptr;         // (P, K) gathered rows
   float* a_scale = nullptr;  // (P, ceil(K/128))
   Intermediate mid;
-  float* y = nullptr;  // (P, K) fp32
+  void* y = nullptr;  // (P, K) y_dtype, or (M, K) fp32 with the folded reduce
+  DType y_dtype = DType::bf16;
   size_t ws13_bytes = 0, ws2_bytes = 0;
 };
+
+// GEMM2's output. The fixed-order reduce reads y once, so y's traffic (written by GEMM2, read by
+// the reduce: 2 * P * K elements) grows with the pairs: in fp32 at Qwen3-30B, M = 8192 that is
+// 1.07 GB, and the reduce alone took 166 of the 1333 us (docs/perf.md, seventh session). In bf16
+// (what the input and output already are) each of a token's top-k rows is rounded once before
+// the fp32 weighted sum, as in vLLM's fused MoE. The folded reduce adds into fp32 with atomics.
+DType y_dtype(bool reduce_in_gemm2) { return reduce_in_gemm2 ? DType::fp32 : DType::bf16; }
 
 StandardLayout standard_layout(const MoEConfig& c, int64_t M, bool reduce_in_gemm2, void* ws13,
                                void* ws2) {
@@ -123,7 +132,8 @@ StandardLayout standard_layout(const MoEConfig& c, int64_t M, bool reduce_in_gem
   l.a = c2.take_bytes(static_cast<size_t>(P * K) * dtype_size(operand_dtype(c)));
   if (is_fp8(c)) l.a_scale = c2.take<float>(scale_count(P, K));
   l.mid = carve_intermediate(c, P, c2);
-  l.y = c13.take<float>((reduce_in_gemm2 ? M : P) * K);
+  l.y_dtype = y_dtype(reduce_in_gemm2);
+  l.y = c13.take_bytes(static_cast<size_t>((reduce_in_gemm2 ? M : P) * K) * dtype_size(l.y_dtype));
   l.ws13_bytes = c13.size();
   l.ws2_bytes = c2.size();
   return l;
@@ -264,10 +274,10 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
   // 3. GEMM2, then unpermute + top-k weight + reduce: either GEMM2 writes y (P, K) and a
   //    kernel reduces in fixed k order, or GEMM2's epilogue adds weighted rows into y (M, K)
   //    (float atomics) and the same kernel only converts y to the output dtype.
-  sm90::GemmArgs g2 = gemm2_args(c, *a.weights, P, l.mid, l.y);
+  sm90::GemmArgs g2 = gemm2_args(c, *a.weights, P, l.mid, l.y, l.y_dtype);
   g2.m_indptr = l.perm.m_indptr;
   g2.sm_count = ctx.sm_count;
-  WeightedReduceArgs r = standard_reduce_args(c, a, l.y, l.perm.row_of_pair, M);
+  WeightedReduceArgs r = standard_reduce_args(c, a, l.y, l.y_dtype, l.perm.row_of_pair, M);
   if (reduce_in_gemm2_) {
     g2.row_pair = l.perm.sorted_pair;
     g2.pair_weight = a.apply_router_weight_on_input ? nullptr : a.topk_weights.data_ptr<float>();
@@ -332,7 +342,7 @@ void BatchedSm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
     TraceRange range(ctx, "gemm1");
     sm90::launch(g1, stream);
   }
-  sm90::GemmArgs g2 = gemm2_args(c, *a.weights, rows, mid, a.output.data_ptr<float>());
+  sm90::GemmArgs g2 = gemm2_args(c, *a.weights, rows, mid, a.output.data_ptr<float>(), DType::fp32);
   g2.expert_num_tokens = counts;
   g2.batch_rows = T;
   g2.sm_count = ctx.sm_count;

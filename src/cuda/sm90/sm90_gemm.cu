@@ -203,42 +203,44 @@ int device_sm_count() {
 // B rows of one consumer's accumulator half (kWgN / 2 in the kernel's TileConfig).
 constexpr int half_rows(const TileEntry& t) { return (t.bm == 128 ? t.bn : t.bn / 2) / 2; }
 
-constexpr bool every_half_divides_a_scale_block() {
+// B rows (Interleaved: outputs) of a half that share one fp8 weight scale in the kernel: a whole
+// half, except the 128-row halves of the 128x256 tile, whose two 64-row parts each read their
+// own (ScaleCursor::b_mid in sm90_gemm_kernel.cuh).
+constexpr int scale_rows(const TileEntry& t) { return half_rows(t) == 128 ? 64 : half_rows(t); }
+
+constexpr bool every_scale_part_divides_a_scale_block() {
   for (const TileEntry& t : kTiles)
-    if (128 % half_rows(t) != 0) return false;
+    if (128 % scale_rows(t) != 0 || 2 * scale_rows(t) > 128) return false;
   return true;
 }
-static_assert(every_half_divides_a_scale_block(),
-              "fp8_block_misfit assumes a half's rows divide the 128-row weight-scale block");
+static_assert(every_scale_part_divides_a_scale_block(),
+              "fp8_block_misfit assumes a half's scale parts divide the 128-row weight-scale block");
 
 bool is_wide_fp8_mx_tile(const GemmArgs& g, const TileEntry& t) {
   return g.ab_dtype == DType::fp8_e4m3 && g.mx && t.bm == 128 && t.bn == 256;
 }
 
 // Why `t` cannot apply fp8 block scales to this call ("" when it can). The kernel reads one
-// weight scale per accumulator half and K block (ScaleCursor), so the real B rows of every half
-// must lie in one 128-row scale block of b (E, N_b, K). A half is h = half_rows(t) rows, and h
-// divides 128. Plain: the half starts at a multiple of h, so it always fits (any N_b). Gated
-// GateUp/UpGate: the gate half starts at out0 and the up half at N + out0 (or the reverse), out0
-// a multiple of h, so both fit iff N % h == 0. Interleaved: a half's gate (or up) rows of h
-// outputs are rows 2*out0 .. 2*out0 + 2h - 1 with 2*out0 a multiple of 2h: they fit iff
-// 2h <= 128.
+// weight scale per part of s = scale_rows(t) B rows of an accumulator half and per K block
+// (ScaleCursor), so the real B rows of every part must lie in one 128-row scale block of b
+// (E, N_b, K); s divides 128. Plain: a part starts at a multiple of s, so it always fits (any
+// N_b). Gated GateUp/UpGate: the gate parts start at out0 and the up parts at N + out0 (or the
+// reverse), out0 a multiple of s, so all fit iff N % s == 0. Interleaved: a part's s outputs
+// are rows 2*out0 .. 2*out0 + 2s - 1 with 2*out0 a multiple of 2s: 2s <= 128 always holds
+// (static_assert above).
 std::string fp8_block_misfit(const GemmArgs& g, const TileEntry& t) {
-  if (g.ab_dtype != DType::fp8_e4m3 || g.mx || !g.gated) return "";
-  const int h = half_rows(t);
+  if (g.ab_dtype != DType::fp8_e4m3 || g.mx || !g.gated ||
+      g.gated_layout == GatedLayout::Interleaved)
+    return "";
+  const int s = scale_rows(t);
   std::ostringstream why;
-  if (g.gated_layout == GatedLayout::Interleaved) {
-    if (2 * h > 128)
-      why << "with an Interleaved gated B a consumer's " << h << " outputs span " << 2 * h
-          << " rows of b, two 128-row weight-scale blocks (fp8 block scales need a tile whose "
-             "halves have <= 64 outputs)";
-  } else if ((g.N_b / 2) % h != 0) {
-    why << "its accumulator halves are " << h
+  if ((g.N_b / 2) % s != 0) {
+    why << "it reads one weight scale per " << s
         << " gate or up rows of b, and with N = b.size(1)/2 = " << g.N_b / 2
-        << " (not a multiple of " << h
-        << ") the up (or gate) rows of a half straddle two 128-row weight-scale blocks (fp8 "
-           "block scales need N % "
-        << h << " == 0 for this tile)";
+        << " (not a multiple of " << s
+        << ") some of those rows straddle two 128-row weight-scale blocks (fp8 block scales "
+           "need N % "
+        << s << " == 0 for this tile)";
   }
   return why.str();
 }
@@ -348,6 +350,9 @@ std::string can_implement(const GemmArgs& g) {
   } else if (g.total_rows >= (int64_t{1} << 31) || g.E >= (int64_t{1} << 31) ||
              g.N_b >= (int64_t{1} << 31)) {
     why << "sizes must fit in int32";
+  } else if (fp8 && !g.mx && g.scales_mn_major && g.total_rows >= (int64_t{1} << 28)) {
+    // The 128x256 consumer steps between its two rows' scales by a 32-bit offset (8 rows).
+    why << "MN-major fp8 block scales need fewer than 2^28 rows, got " << g.total_rows;
   } else if ((reinterpret_cast<uintptr_t>(g.a) | reinterpret_cast<uintptr_t>(g.b) |
               reinterpret_cast<uintptr_t>(g.d)) %
                  16 !=
@@ -355,6 +360,9 @@ std::string can_implement(const GemmArgs& g) {
     why << "a, b and out must be 16-byte aligned";
   } else if (g.gated && g.N_b % 16 != 0) {
     why << "gated needs b.size(1) to be a multiple of 16, got " << g.N_b;
+  } else if (g.n_out() % 2 != 0) {
+    why << "the epilogue stores column pairs: out needs an even number of columns, got "
+        << g.n_out();
   } else if (g.d_dtype == DType::fp8_e4m3 && (!g.gated || tile->bn != 256 || !g.d_scale)) {
     why << "an fp8 out needs gated, out_scale and a 256-wide tile (64x256 or 128x256), got tile "
         << name;

@@ -215,38 +215,88 @@ __device__ __forceinline__ void mma_step(float (&d)[2][C::kHalfAcc], uint64_t de
   Wgmma<C::kWgN / 2, kFp8>::run(d[1], desc_a, desc_b1, accumulate);
 }
 
+// Two floats as one 32-bit word of T (bf16 / fp16), the lower column first.
 template <typename T>
-__device__ __forceinline__ void store_pair(void* d, int64_t offset, float v0, float v1);
+__device__ __forceinline__ uint32_t pack_pair(float v0, float v1);
 template <>
-__device__ __forceinline__ void store_pair<__nv_bfloat16>(void* d, int64_t offset, float v0,
-                                                          float v1) {
-  *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(d) + offset) =
-      __floats2bfloat162_rn(v0, v1);
+__device__ __forceinline__ uint32_t pack_pair<__nv_bfloat16>(float v0, float v1) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+  return *reinterpret_cast<const uint32_t*>(&h);
 }
 template <>
-__device__ __forceinline__ void store_pair<__half>(void* d, int64_t offset, float v0, float v1) {
-  *reinterpret_cast<__half2*>(static_cast<__half*>(d) + offset) = __floats2half2_rn(v0, v1);
-}
-template <>
-__device__ __forceinline__ void store_pair<float>(void* d, int64_t offset, float v0, float v1) {
-  *reinterpret_cast<float2*>(static_cast<float*>(d) + offset) = make_float2(v0, v1);
+__device__ __forceinline__ uint32_t pack_pair<__half>(float v0, float v1) {
+  const __half2 h = __floats2half2_rn(v0, v1);
+  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 // Stores a consumer's results: `v[4 * j + q]` for j < kGroupsOut (group j = output columns
 // col0 + 8 j + 2 (lane % 4) + {0, 1}; q / 2 picks the row r_lo or r_hi).
+//
+// 16-bit outs: each row of a group is 16 bytes held by the 4 lanes of a quad (4 bytes each), so
+// stored as pairs a row got half of a 32-byte sector per instruction. The H200's HBM3 has no
+// write mask: a half-written sector leaving the L2 is read back first, and GEMM2 with a bf16 out
+// ran 10-18 % longer than with an fp32 one, with up to 40 % more DRAM reads (docs/perf.md,
+// seventh session). So neighbouring lanes (q, q ^ 1) swap words first: for groups j, j+1, lane
+// q keeps group j + q % 2 and takes its neighbour's words of it, so that it holds 4 contiguous
+// columns (8 bytes) of each row, and a store instruction's 4 lanes write all 32 bytes of
+// columns 8j .. 8j + 15 of a row.
 template <typename T, int kGroupsOut, int kAcc>
 __device__ __forceinline__ void store_tile(const KernelParams& p, const float (&v)[kAcc],
                                            int32_t col0, int32_t r_lo, int32_t row_end) {
   const int lane = threadIdx.x % 32;
+  if constexpr (sizeof(T) == 2) {
+    static_assert(kGroupsOut % 2 == 0, "groups are exchanged in pairs");
+    const int q = lane % 4;
+    const bool odd = q & 1;
+    const bool vector_ok = p.ldd % 4 == 0;  // 8-byte aligned rows (d itself is)
+    // This lane's first column and its two rows' starts: group j's stores are 8 j further (an
+    // immediate offset, so the unrolled loop keeps no address per store).
+    const int32_t lane_col = col0 + 8 * (odd ? 1 : 0) + 4 * (q / 2);
+    T* const row_start[2] = {static_cast<T*>(p.d) + static_cast<int64_t>(r_lo) * p.ldd + lane_col,
+                             static_cast<T*>(p.d) + static_cast<int64_t>(r_lo + 8) * p.ldd +
+                                 lane_col};
+    const bool row_ok[2] = {r_lo < row_end, r_lo + 8 < row_end};
 #pragma unroll
-  for (int j = 0; j < kGroupsOut; ++j) {
-    const int32_t col = col0 + 8 * j + 2 * (lane % 4);
-    if (col >= p.N_out) continue;
+    for (int j = 0; j < kGroupsOut; j += 2) {
+      // This lane's words of (group j + g, row h): w_g_h.
+      const uint32_t w00 = pack_pair<T>(v[4 * j + 0], v[4 * j + 1]);
+      const uint32_t w01 = pack_pair<T>(v[4 * j + 2], v[4 * j + 3]);
+      const uint32_t w10 = pack_pair<T>(v[4 * j + 4], v[4 * j + 5]);
+      const uint32_t w11 = pack_pair<T>(v[4 * j + 6], v[4 * j + 7]);
+      // Send the other group's words, keep this lane's group's.
+      const uint32_t got0 = __shfl_xor_sync(0xffffffffu, odd ? w00 : w10, 1);
+      const uint32_t got1 = __shfl_xor_sync(0xffffffffu, odd ? w01 : w11, 1);
+      // Row h, columns in order: the even lane's word first.
+      const uint32_t words[2][2] = {{odd ? got0 : w00, odd ? w10 : got0},
+                                    {odd ? got1 : w01, odd ? w11 : got1}};
+      const int32_t col = lane_col + 8 * j;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int32_t row = r_lo + 8 * h;
-      const int i = 4 * j + 2 * h;
-      if (row < row_end) store_pair<T>(p.d, row * p.ldd + col, v[i], v[i + 1]);
+      for (int h = 0; h < 2; ++h) {
+        if (!row_ok[h]) continue;
+        T* dst = row_start[h] + 8 * j;
+        if (vector_ok && col + 4 <= p.N_out) {
+          *reinterpret_cast<uint2*>(dst) = make_uint2(words[h][0], words[h][1]);
+        } else {
+#pragma unroll
+          for (int s = 0; s < 2; ++s)
+            if (col + 2 * s < p.N_out) reinterpret_cast<uint32_t*>(dst)[s] = words[h][s];
+        }
+      }
+    }
+  } else {
+    static_assert(sizeof(T) == 4, "fp32: each row's 8 columns of a group are one 32-byte sector");
+#pragma unroll
+    for (int j = 0; j < kGroupsOut; ++j) {
+      const int32_t col = col0 + 8 * j + 2 * (lane % 4);
+      if (col >= p.N_out) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int32_t row = r_lo + 8 * h;
+        const int i = 4 * j + 2 * h;
+        if (row < row_end)
+          *reinterpret_cast<float2*>(static_cast<float*>(p.d) + row * p.ldd + col) =
+              make_float2(v[i], v[i + 1]);
+      }
     }
   }
 }
@@ -311,13 +361,15 @@ __device__ __forceinline__ void bf16_main_loop(const KernelParams& p, const Oper
 }
 
 // Where a consumer thread reads its fp8 block scales, advanced one K block at a time: the scale
-// of each of its two rows, and the weight block of each accumulator half. Every 8-column group
-// of a half lies in the same 128-row weight block: a half is kWgN/2 B rows starting at a
-// multiple of kWgN/2 (plain: wg_col0 + h kWgN/2; gated GateUp/UpGate: (gate|up) * N + out0
-// with N % (kWgN/2) == 0; Interleaved: rows 2 out0 .. 2 out0 + kWgN - 1 with 2 out0 a multiple
-// of kWgN), and kWgN/2 divides 128 (kWgN itself for Interleaved). The host picks only tiles for
-// which this holds (fp8_block_misfit in sm90_gemm.cu: e.g. N = 2880 GateUp runs 128x128 or
-// 64x256, never 128x256). So one scale per half per K block, not one selected per group (ncu,
+// of each of its two rows, and the weight block of each accumulator half. A half is kWgN/2 B rows
+// starting at a multiple of kWgN/2 (plain: wg_col0 + h kWgN/2; gated GateUp/UpGate: (gate|up) * N
+// + out0; Interleaved: rows 2 out0 .. 2 out0 + kWgN - 1 with 2 out0 a multiple of kWgN). Halves of
+// <= 64 rows (<= 32 outputs Interleaved) must lie in one 128-row weight block: one scale per half
+// per K block. The 128-row halves of the 128x256 fp8 tile may straddle two blocks at their middle
+// (gated GateUp/UpGate with N % 128 == 64, e.g. gpt-oss's N = 2880; Interleaved always): their
+// first and last 64 columns (accumulator groups [0, 8) and [8, 16), a compile-time register
+// split) each read their own scale. The host picks only tiles for which this holds
+// (fp8_block_misfit in sm90_gemm.cu). Not one scale selected per 8-column group (ncu,
 // 2026-11-30: the per-group select and the per-block address arithmetic were 2/3 of a 128x128
 // consumer's ~300 instructions per K block).
 // K % 128 != 0 costs the loop nothing: there are ceil(K/128) K blocks and as many scale
@@ -326,7 +378,10 @@ __device__ __forceinline__ void bf16_main_loop(const KernelParams& p, const Oper
 struct ScaleCursor {
   const float* a[2];  // rows r_lo and r_lo + 8 (rows past the expert's end read its last row:
                       // their products are never stored)
-  const float* b[2];  // the weight block of accumulator half 0 and half 1
+  const float* b[2];     // the weight block of accumulator half 0 and half 1 (its first
+                         // columns)
+  int32_t b_mid[2];  // b[h] + b_mid[h]: the weight block of the half's last 64 columns
+                     // (128-column halves only; 0 unless the half straddles two blocks)
   int64_t a_step, b_step;
 };
 
@@ -342,6 +397,12 @@ __device__ __forceinline__ ScaleCursor fp8_scale_cursor(const KernelParams& p, c
   for (int h = 0; h < 2; ++h) {
     const int32_t blk = min(group_b_row<C>(p, wg_col0, h * C::kHalfGroups) / 128, p.b_n_blocks - 1);
     c.b[h] = b_e + blk * p.b_n_stride;
+    c.b_mid[h] = 0;
+    if constexpr (C::kHalfAcc > 32) {  // the halves fp8_main_loop_by_halves runs
+      const int32_t mid =
+          min(group_b_row<C>(p, wg_col0, h * C::kHalfGroups + 8) / 128, p.b_n_blocks - 1);
+      c.b_mid[h] = static_cast<int32_t>((mid - blk) * p.b_n_stride);
+    }
   }
   c.a_step = p.a_k_stride;
   c.b_step = p.b_k_stride;
@@ -366,6 +427,22 @@ __device__ __forceinline__ void promote_half(float (&acc)[kN], const float (&par
     acc[i + 1] = fmaf(part[i + 1], s_lo, acc[i + 1]);
     acc[i + 2] = fmaf(part[i + 2], s_hi, acc[i + 2]);
     acc[i + 3] = fmaf(part[i + 3], s_hi, acc[i + 3]);
+  }
+}
+
+// promote_half for a 128-column half whose first and last 64 columns (accumulator groups [0, 8)
+// and [8, 16)) have weight scales of their own: (s_lo, s_hi) and (m_lo, m_hi).
+template <int kN>
+__device__ __forceinline__ void promote_half_split(float (&acc)[kN], const float (&part)[kN],
+                                                   float s_lo, float s_hi, float m_lo, float m_hi) {
+  static_assert(kN == 64, "a 128-column half: 16 groups of 4 accumulators");
+#pragma unroll
+  for (int i = 0; i < kN; i += 4) {
+    const float lo = i < kN / 2 ? s_lo : m_lo, hi = i < kN / 2 ? s_hi : m_hi;
+    acc[i + 0] = fmaf(part[i + 0], lo, acc[i + 0]);
+    acc[i + 1] = fmaf(part[i + 1], lo, acc[i + 1]);
+    acc[i + 2] = fmaf(part[i + 2], hi, acc[i + 2]);
+    acc[i + 3] = fmaf(part[i + 3], hi, acc[i + 3]);
   }
 }
 
@@ -396,16 +473,39 @@ __device__ __forceinline__ void fp8_main_loop_together(const KernelParams& p,
 // A 64x256 consumer (the 128x256 fp8 tile) has no registers for a product buffer of both
 // halves (128 + 128 accumulators): it runs its K block one accumulator half at a time, each
 // half's wgmmas (n = 128) into one 64-register buffer, waited for and promoted before the next.
-template <class C>
+// kSplit: each half's last 64 columns have a weight scale of their own (ScaleCursor::b_mid).
+// A separate loop, taken only by the tiles whose halves straddle two weight blocks: the split
+// promotion and its cursor cost 7 % more instructions and ~6 % more time in this kernel on
+// Mixtral, where no half straddles (ncu, 2026-12-01; docs/perf.md).
+template <class C, bool kSplit>
 __device__ __forceinline__ void fp8_main_loop_by_halves(const KernelParams& p,
                                                         const OperandFields& f, Control& ctl,
                                                         ScaleCursor c, float (&acc)[2][C::kHalfAcc],
                                                         int& stage, uint32_t& phase) {
   float part[C::kHalfAcc];
+  // kSplit keeps the cursor as one pointer per operand plus 32-bit offsets, stepped by the
+  // parameters (this consumer has 232 registers, 192 of them hold acc and part; the pointer form
+  // with two more scales spilled).
+  const float* a_scale = c.a[0];
+  const float* b_scale = c.b[0];
+  const int32_t a_hi = static_cast<int32_t>(c.a[1] - c.a[0]);  // < 8 * 2^28 (can_implement)
+  const int32_t b_half[2][2] = {{0, c.b_mid[0]},
+                                {static_cast<int32_t>(c.b[1] - c.b[0]),
+                                 static_cast<int32_t>(c.b[1] - c.b[0]) + c.b_mid[1]}};
   for (int kb = 0; kb < p.num_k_blocks; ++kb) {
-    const float sa_lo = __ldg(c.a[0]), sa_hi = __ldg(c.a[1]);
-    const float sb[2] = {__ldg(c.b[0]), __ldg(c.b[1])};
-    c.a[0] += c.a_step, c.a[1] += c.a_step, c.b[0] += c.b_step, c.b[1] += c.b_step;
+    float sa_lo, sa_hi, sb[2][2];  // sb[h][part of the half]
+    if constexpr (kSplit) {
+      sa_lo = __ldg(a_scale), sa_hi = __ldg(a_scale + a_hi);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) sb[h][0] = __ldg(b_scale + b_half[h][0]), sb[h][1] = __ldg(b_scale + b_half[h][1]);
+      a_scale += p.a_k_stride;
+      b_scale += p.b_k_stride;
+    } else {
+      sa_lo = __ldg(c.a[0]), sa_hi = __ldg(c.a[1]);
+      sb[0][0] = sb[0][1] = __ldg(c.b[0]);
+      sb[1][0] = sb[1][1] = __ldg(c.b[1]);
+      c.a[0] += c.a_step, c.a[1] += c.a_step, c.b[0] += c.b_step, c.b[1] += c.b_step;
+    }
     mbar_wait(&ctl.full[stage], phase);
     const uint32_t at = stage_field_offset<C>(stage);
 #pragma unroll
@@ -420,7 +520,12 @@ __device__ __forceinline__ void fp8_main_loop_by_halves(const KernelParams& p,
       wgmma_wait<0>();
       fence_accumulators(part);
       if (h == 1) release_stage(ctl, stage);
-      promote_half(acc[h], part, sa_lo * sb[h], sa_hi * sb[h]);
+      if constexpr (kSplit) {
+        promote_half_split(acc[h], part, sa_lo * sb[h][0], sa_hi * sb[h][0], sa_lo * sb[h][1],
+                           sa_hi * sb[h][1]);
+      } else {
+        promote_half(acc[h], part, sa_lo * sb[h][0], sa_hi * sb[h][0]);
+      }
     }
     if (++stage == C::kStages) stage = 0, phase ^= 1;
   }
@@ -432,7 +537,11 @@ __device__ __forceinline__ void fp8_main_loop(const KernelParams& p, const Opera
                                               float (&acc)[2][C::kHalfAcc], int& stage,
                                               uint32_t& phase) {
   if constexpr (C::kHalfAcc > 32) {
-    fp8_main_loop_by_halves<C>(p, f, ctl, c, acc, stage, phase);
+    if (c.b_mid[0] != 0 || c.b_mid[1] != 0) {  // uniform: a property of the tile
+      fp8_main_loop_by_halves<C, true>(p, f, ctl, c, acc, stage, phase);
+    } else {
+      fp8_main_loop_by_halves<C, false>(p, f, ctl, c, acc, stage, phase);
+    }
   } else {
     fp8_main_loop_together<C>(p, f, ctl, c, acc, stage, phase);
   }
