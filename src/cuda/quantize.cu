@@ -201,11 +201,6 @@ __device__ __forceinline__ void quantize_step(const QuantizeParams& p, int64_t r
   if (active) quantize_chunk(v, scale, p.q + row * p.K, k0, p.K, p.vectorized);
 }
 
-// Rows a block keeps in flight: each thread loads its chunk of kRowsInFlight rows before it
-// quantizes the first (one row at a time left each thread one 16-byte load in flight: Qwen3's
-// 8192 x 2048 input took 29 us, 1.2 TB/s, on the H200; docs/perf.md).
-constexpr int kRowsInFlight = 4;
-
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads) quantize_rows_kernel(QuantizeParams p) {
   __shared__ uint32_t scratch[kMaxWarps];
@@ -241,26 +236,21 @@ __global__ void __launch_bounds__(kMaxThreads) quantize_rows_kernel(QuantizePara
   const float row_scale = p.scheme == QuantScheme::fp8_tensor ? *p.tensor_scale : 0.0f;
   const int64_t group_size = p.scheme == QuantScheme::fp8_block ? kBlockSize : kMxBlockSize;
   const int64_t groups_per_row = (K + group_size - 1) / group_size;
-  const int64_t stride = gridDim.x;
-  for (int64_t row0 = blockIdx.x; row0 < rows; row0 += stride * kRowsInFlight) {
+  // (Rows kept 4 in flight per block measured no faster at Qwen3-30B's 8192 x 2048: 29 us
+  // either way on the H200, with the SMs 70 % busy: the per-element division and the group
+  // shuffles bound it, not loads in flight. docs/perf.md, seventh session.)
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* x = static_cast<const T*>(p.x) + row * p.ldx;
     for (int64_t base = 0; base < K; base += step) {
       const int64_t k0 = base + int64_t{threadIdx.x} * kChunk;
-      float v[kRowsInFlight][kChunk];
+      float v[kChunk];
+      if (k0 < K) {
+        load_chunk(x, k0, K, p.vectorized, v);
+      } else {
 #pragma unroll
-      for (int j = 0; j < kRowsInFlight; ++j) {
-        const int64_t row = row0 + j * stride;
-        if (row < rows && k0 < K) {
-          load_chunk(static_cast<const T*>(p.x) + row * p.ldx, k0, K, p.vectorized, v[j]);
-        } else {
-#pragma unroll
-          for (int c = 0; c < kChunk; ++c) v[j][c] = 0.0f;
-        }
+        for (int c = 0; c < kChunk; ++c) v[c] = 0.0f;
       }
-#pragma unroll
-      for (int j = 0; j < kRowsInFlight; ++j) {
-        const int64_t row = row0 + j * stride;
-        if (row < rows) quantize_step(p, row, k0, k0 < K, v[j], row_scale, groups_per_row);
-      }
+      quantize_step(p, row, k0, k0 < K, v, row_scale, groups_per_row);
     }
   }
 }
