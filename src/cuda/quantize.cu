@@ -185,8 +185,8 @@ __device__ __forceinline__ void quantize_step(const QuantizeParams& p, int64_t r
   float scale = row_scale;
   if (block || p.scheme == QuantScheme::mxfp8) {
     const int group_shift = block ? 7 : 5;  // log2 of kBlockSize, kMxBlockSize
-    const float amax = __uint_as_float(
-        lane_group_max(chunk_amax_bits(v), (1 << group_shift) / kChunk));
+    const float amax =
+        __uint_as_float(lane_group_max(chunk_amax_bits(v), (1 << group_shift) / kChunk));
     const bool writes_scale = active && (k0 & ((1 << group_shift) - 1)) == 0;
     const int64_t scale_index = row * groups_per_row + (k0 >> group_shift);
     if (block) {

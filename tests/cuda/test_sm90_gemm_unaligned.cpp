@@ -250,9 +250,9 @@ TEST(Sm90GemmUnaligned, Fp8BlockTilesRefuseScalePartsThatStraddleABlock) {
   }
   for (const std::string tile : {"", "64x128"}) {
     Result r;
-    ASSERT_EQ(testing::error_of(
-                  [&] { r = run(gpu, o, E, 2 * N_out, Mode::gate_up, DType::fp32, tile); }),
-              "")
+    ASSERT_EQ(
+        testing::error_of([&] { r = run(gpu, o, E, 2 * N_out, Mode::gate_up, DType::fp32, tile); }),
+        "")
         << tile;
     EXPECT_TRUE(close_to(as_floats(r.out), ref, r.out, N_out, kFp32OutTolerance)) << tile;
   }
@@ -276,8 +276,8 @@ TEST(Sm90GemmUnaligned, SixteenBitOutsOfRowsNotAMultipleOf8Columns) {
     for (const std::string& t : sm90::tile_names()) tiles.push_back(t);
     for (DType out_dtype : {DType::bf16, DType::fp16}) {
       for (const std::string& tile : tiles) {
-        const std::string what = "N_b " + std::to_string(N_b) + " out " +
-                                 dtype_name(out_dtype) + " tile \"" + tile + "\"";
+        const std::string what = "N_b " + std::to_string(N_b) + " out " + dtype_name(out_dtype) +
+                                 " tile \"" + tile + "\"";
         Result r;
         ASSERT_EQ(testing::error_of([&] { r = run(gpu, o, E, N_b, Mode::plain, out_dtype, tile); }),
                   "")
@@ -310,7 +310,8 @@ TEST(Sm90GemmUnaligned, Fp8BlockGatedFp8OutMatchesTheCpuQuantizer) {
     quantize_activations(Context::cpu(), ref32, QuantScheme::fp8_block, false, ref_q, ref_scale);
     dequantize_activations(Context::cpu(), ref_q, ref_scale, QuantScheme::fp8_block, ref32);
     const std::vector<float> ref_deq(ref32.data_ptr<float>(), ref32.data_ptr<float>() + ref.size());
-    for (const std::string& tile : {std::string(""), std::string("64x256"), std::string("128x256")}) {
+    for (const std::string& tile :
+         {std::string(""), std::string("64x256"), std::string("128x256")}) {
       const std::string what = std::string(mode_name(mode)) + " tile \"" + tile + "\"";
       Result r;
       ASSERT_EQ(

@@ -213,8 +213,9 @@ constexpr bool every_scale_part_divides_a_scale_block() {
     if (128 % scale_rows(t) != 0 || 2 * scale_rows(t) > 128) return false;
   return true;
 }
-static_assert(every_scale_part_divides_a_scale_block(),
-              "fp8_block_misfit assumes a half's scale parts divide the 128-row weight-scale block");
+static_assert(
+    every_scale_part_divides_a_scale_block(),
+    "fp8_block_misfit assumes a half's scale parts divide the 128-row weight-scale block");
 
 bool is_wide_fp8_mx_tile(const GemmArgs& g, const TileEntry& t) {
   return g.ab_dtype == DType::fp8_e4m3 && g.mx && t.bm == 128 && t.bn == 256;

@@ -233,10 +233,10 @@ __device__ __forceinline__ uint32_t pack_pair<__half>(float v0, float v1) {
 // col0 + 8 j + 2 (lane % 4) + {0, 1}; q / 2 picks the row r_lo or r_hi).
 //
 // 16-bit outs: each row of a group is 16 bytes held by the 4 lanes of a quad (4 bytes each), so
-// stored as pairs a row got half of a 32-byte sector per instruction. The H200's HBM3 has no
-// write mask: a half-written sector leaving the L2 is read back first, and GEMM2 with a bf16 out
-// ran 10-18 % longer than with an fp32 one, with up to 40 % more DRAM reads (docs/perf.md,
-// seventh session). So neighbouring lanes (q, q ^ 1) swap words first: for groups j, j+1, lane
+// stored as pairs a row got half of a 32-byte sector per instruction, and GEMM2 with a bf16 out
+// ran 10-18 % longer than with an fp32 one on the H200, with up to 40 % more DRAM reads (half-
+// written sectors read back before they are written, by all appearances; docs/perf.md, seventh
+// session). So neighbouring lanes (q, q ^ 1) swap words first: for groups j, j+1, lane
 // q keeps group j + q % 2 and takes its neighbour's words of it, so that it holds 4 contiguous
 // columns (8 bytes) of each row, and a store instruction's 4 lanes write all 32 bytes of
 // columns 8j .. 8j + 15 of a row.
@@ -252,9 +252,9 @@ __device__ __forceinline__ void store_tile(const KernelParams& p, const float (&
     // This lane's first column and its two rows' starts: group j's stores are 8 j further (an
     // immediate offset, so the unrolled loop keeps no address per store).
     const int32_t lane_col = col0 + 8 * (odd ? 1 : 0) + 4 * (q / 2);
-    T* const row_start[2] = {static_cast<T*>(p.d) + static_cast<int64_t>(r_lo) * p.ldd + lane_col,
-                             static_cast<T*>(p.d) + static_cast<int64_t>(r_lo + 8) * p.ldd +
-                                 lane_col};
+    T* const row_start[2] = {
+        static_cast<T*>(p.d) + static_cast<int64_t>(r_lo) * p.ldd + lane_col,
+        static_cast<T*>(p.d) + static_cast<int64_t>(r_lo + 8) * p.ldd + lane_col};
     const bool row_ok[2] = {r_lo < row_end, r_lo + 8 < row_end};
 #pragma unroll
     for (int j = 0; j < kGroupsOut; j += 2) {
@@ -378,10 +378,10 @@ __device__ __forceinline__ void bf16_main_loop(const KernelParams& p, const Oper
 struct ScaleCursor {
   const float* a[2];  // rows r_lo and r_lo + 8 (rows past the expert's end read its last row:
                       // their products are never stored)
-  const float* b[2];     // the weight block of accumulator half 0 and half 1 (its first
-                         // columns)
-  int32_t b_mid[2];  // b[h] + b_mid[h]: the weight block of the half's last 64 columns
-                     // (128-column halves only; 0 unless the half straddles two blocks)
+  const float* b[2];  // the weight block of accumulator half 0 and half 1 (its first
+                      // columns)
+  int32_t b_mid[2];   // b[h] + b_mid[h]: the weight block of the half's last 64 columns
+                      // (128-column halves only; 0 unless the half straddles two blocks)
   int64_t a_step, b_step;
 };
 
@@ -489,15 +489,16 @@ __device__ __forceinline__ void fp8_main_loop_by_halves(const KernelParams& p,
   const float* a_scale = c.a[0];
   const float* b_scale = c.b[0];
   const int32_t a_hi = static_cast<int32_t>(c.a[1] - c.a[0]);  // < 8 * 2^28 (can_implement)
-  const int32_t b_half[2][2] = {{0, c.b_mid[0]},
-                                {static_cast<int32_t>(c.b[1] - c.b[0]),
-                                 static_cast<int32_t>(c.b[1] - c.b[0]) + c.b_mid[1]}};
+  const int32_t b_half[2][2] = {
+      {0, c.b_mid[0]},
+      {static_cast<int32_t>(c.b[1] - c.b[0]), static_cast<int32_t>(c.b[1] - c.b[0]) + c.b_mid[1]}};
   for (int kb = 0; kb < p.num_k_blocks; ++kb) {
     float sa_lo, sa_hi, sb[2][2];  // sb[h][part of the half]
     if constexpr (kSplit) {
       sa_lo = __ldg(a_scale), sa_hi = __ldg(a_scale + a_hi);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) sb[h][0] = __ldg(b_scale + b_half[h][0]), sb[h][1] = __ldg(b_scale + b_half[h][1]);
+      for (int h = 0; h < 2; ++h)
+        sb[h][0] = __ldg(b_scale + b_half[h][0]), sb[h][1] = __ldg(b_scale + b_half[h][1]);
       a_scale += p.a_k_stride;
       b_scale += p.b_k_stride;
     } else {
