@@ -162,9 +162,9 @@ __global__ void build_tile_list_kernel(ScheduleParams p, int32_t bm, WorkTile* l
 
 // ---- launch -------------------------------------------------------------------------------
 
-template <int BM, int BN, bool kFp8>
+template <int BM, int BN, bool kFp8, bool kSplitScales = false>
 void launch_config(const Maps& maps, const KernelParams& params, int grid, cudaStream_t stream) {
-  using C = TileConfig<BM, BN, kFp8>;
+  using C = TileConfig<BM, BN, kFp8, kSplitScales>;
   auto* kernel = &grouped_gemm_kernel<C>;
   // The opt-in shared-memory size is a per-function attribute (once per process is enough,
   // but it is cheap and stays correct when several devices are used).
@@ -174,10 +174,12 @@ void launch_config(const Maps& maps, const KernelParams& params, int grid, cudaS
   MODMOE_CUDA_CHECK(cudaGetLastError());
 }
 
-void dispatch(const TileEntry& tile, bool fp8, const Maps& maps, const KernelParams& params,
-              int grid, cudaStream_t stream) {
+void dispatch(const TileEntry& tile, bool fp8, bool split_scales, const Maps& maps,
+              const KernelParams& params, int grid, cudaStream_t stream) {
   const std::string name = tile.name;
   if (fp8) {
+    if (name == "128x256" && split_scales)
+      return launch_config<128, 256, true, true>(maps, params, grid, stream);
     if (name == "128x256") return launch_config<128, 256, true>(maps, params, grid, stream);
     if (name == "128x128") return launch_config<128, 128, true>(maps, params, grid, stream);
     if (name == "64x256") return launch_config<64, 256, true>(maps, params, grid, stream);
@@ -244,6 +246,14 @@ std::string fp8_block_misfit(const GemmArgs& g, const TileEntry& t) {
         << s << " == 0 for this tile)";
   }
   return why.str();
+}
+
+// Whether the tile's accumulator halves read two weight scales each (the kSplitScales kernel):
+// fp8 block scales on 128x256, gated, where a half's 128 rows may start inside a scale block
+// (GateUp/UpGate with N % 128 != 0; Interleaved, whose halves span 256 rows of b, always).
+bool splits_scales(const GemmArgs& g, const TileEntry& t) {
+  return g.ab_dtype == DType::fp8_e4m3 && !g.mx && g.gated && half_rows(t) == 128 &&
+         (g.gated_layout == GatedLayout::Interleaved || (g.N_b / 2) % 128 != 0);
 }
 
 bool tile_takes(const GemmArgs& g, const TileEntry& t) {
@@ -466,7 +476,8 @@ void launch(const GemmArgs& g, cudaStream_t stream, void* scratch) {
   const KernelParams params = make_params(args, tile);
   const Maps maps = make_maps(args, tile);
   const int grid = args.sm_count > 0 ? args.sm_count : device_sm_count();
-  dispatch(tile, args.ab_dtype == DType::fp8_e4m3, maps, params, grid, stream);
+  dispatch(tile, args.ab_dtype == DType::fp8_e4m3, splits_scales(args, tile), maps, params, grid,
+           stream);
 }
 
 }  // namespace modmoe::cuda::sm90

@@ -79,10 +79,14 @@ constexpr int kWorkSlots = 4;
 constexpr int kIndptrCache = 1025;
 constexpr int kControlBytes = 2048 + 4 * kIndptrCache + 28;
 
-template <int BM_, int BN_, bool kFp8_>
+// kSplitScales_: the fp8 128x256 kernel whose 128-row accumulator halves read a weight scale per
+// 64 rows (halves that straddle two 128-row scale blocks; the host picks it, splits_scales in
+// sm90_gemm.cu). A kernel of its own: a runtime branch between the two loops in one kernel
+// left the common loop 3 % more instructions and time (perf.md, seventh session).
+template <int BM_, int BN_, bool kFp8_, bool kSplitScales_ = false>
 struct TileConfig {
   static constexpr int BM = BM_, BN = BN_;
-  static constexpr bool kFp8 = kFp8_;
+  static constexpr bool kFp8 = kFp8_, kSplitScales = kSplitScales_;
   static constexpr int kConsumers = 2;
   static constexpr bool kSplitM = BM == 128;
   static constexpr int kWgN = kSplitM ? BN : BN / 2;  // B rows (columns of D) per consumer
@@ -101,6 +105,8 @@ struct TileConfig {
   static constexpr int kSmemBytes = kStages * kStageBytes + kControlBytes + 1024;
   static_assert(kSplitM || BM == 64, "64- or 128-row tiles");
   static_assert(kGroups <= 32, "one bit per column group in a 32-bit mask");
+  static_assert(!kSplitScales || (kFp8 && BM == 128 && BN == 256),
+                "split weight scales are for the 128-row halves of the fp8 128x256 tile");
 };
 
 struct Control {
@@ -398,7 +404,7 @@ __device__ __forceinline__ ScaleCursor fp8_scale_cursor(const KernelParams& p, c
     const int32_t blk = min(group_b_row<C>(p, wg_col0, h * C::kHalfGroups) / 128, p.b_n_blocks - 1);
     c.b[h] = b_e + blk * p.b_n_stride;
     c.b_mid[h] = 0;
-    if constexpr (C::kHalfAcc > 32) {  // the halves fp8_main_loop_by_halves runs
+    if constexpr (C::kSplitScales) {
       const int32_t mid =
           min(group_b_row<C>(p, wg_col0, h * C::kHalfGroups + 8) / 128, p.b_n_blocks - 1);
       c.b_mid[h] = static_cast<int32_t>((mid - blk) * p.b_n_stride);
@@ -473,10 +479,10 @@ __device__ __forceinline__ void fp8_main_loop_together(const KernelParams& p,
 // A 64x256 consumer (the 128x256 fp8 tile) has no registers for a product buffer of both
 // halves (128 + 128 accumulators): it runs its K block one accumulator half at a time, each
 // half's wgmmas (n = 128) into one 64-register buffer, waited for and promoted before the next.
-// kSplit: each half's last 64 columns have a weight scale of their own (ScaleCursor::b_mid).
-// A separate loop, taken only by the tiles whose halves straddle two weight blocks: the split
-// promotion and its cursor cost 7 % more instructions and ~6 % more time in this kernel on
-// Mixtral, where no half straddles (ncu, 2026-12-01; docs/perf.md).
+// kSplit (C::kSplitScales): each half's last 64 columns have a weight scale of their own
+// (ScaleCursor::b_mid). Used for every tile, the split promotion and its cursor cost Mixtral's
+// fp8 GEMMs (no half straddles there) 7 % more instructions and ~6 % more time (ncu,
+// 2026-12-01; docs/perf.md), hence the kernel of its own.
 template <class C, bool kSplit>
 __device__ __forceinline__ void fp8_main_loop_by_halves(const KernelParams& p,
                                                         const OperandFields& f, Control& ctl,
@@ -538,11 +544,7 @@ __device__ __forceinline__ void fp8_main_loop(const KernelParams& p, const Opera
                                               float (&acc)[2][C::kHalfAcc], int& stage,
                                               uint32_t& phase) {
   if constexpr (C::kHalfAcc > 32) {
-    if (c.b_mid[0] != 0 || c.b_mid[1] != 0) {  // uniform: a property of the tile
-      fp8_main_loop_by_halves<C, true>(p, f, ctl, c, acc, stage, phase);
-    } else {
-      fp8_main_loop_by_halves<C, false>(p, f, ctl, c, acc, stage, phase);
-    }
+    fp8_main_loop_by_halves<C, C::kSplitScales>(p, f, ctl, c, acc, stage, phase);
   } else {
     fp8_main_loop_together<C>(p, f, ctl, c, acc, stage, phase);
   }
