@@ -107,8 +107,8 @@ class Sm90ExpertsUnaligned : public ::testing::TestWithParam<UnalignedCase> {};
 // K = 320 = 2.5 * 128 and N = 192 = 1.5 * 128: GEMM1's last K block and GEMM2's last K block
 // are partial (TMA zero fill, the last scale group of a row partial), the fp8 intermediate's
 // last quantization group is 64 columns, and GateUp/UpGate's up (gate) rows start 64 rows into
-// a 128-row weight-scale block, so GEMM1 must run the 64x256 tile (M = 1024 would otherwise
-// get 128x256). The output is NaN-poisoned (make_problem), inputs random, never zeros.
+// a 128-row weight-scale block: at M = 1024 GEMM1 runs the 128x256 kernel whose halves read a
+// weight scale per 64 rows (kSplitScales; Interleaved too), at M = 96 the 64x256 tile. The output is NaN-poisoned (make_problem), inputs random, never zeros.
 TEST_P(Sm90ExpertsUnaligned, Fp8BlockMatchesTheOracle) {
   MODMOE_REQUIRE_GPU();
   CudaSession s;

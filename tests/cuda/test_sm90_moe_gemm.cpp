@@ -546,9 +546,10 @@ TEST(Sm90MoeGemm, Fp8GatedOutMatchesTheCpuQuantizer) {
 
 // N_out = 160: every tile's BN (or BN/2 for gated) leaves a partial column tile, whose missing
 // columns must be neither computed from garbage into valid ones nor stored. The Hopper kernel
-// refuses fp8 GateUp/UpGate tiles whose accumulator halves (h B rows) would straddle two
-// weight-scale blocks, i.e. N = N_b/2 not a multiple of h: at N = 160, 128x256, 128x128 and
-// 64x256 refuse, 64x128 and 64x64 (the heuristic's pick steps down to them) run. Kernel
+// refuses fp8 GateUp/UpGate tiles whose weight-scale parts (s B rows: 64 for 128x256, 128x128,
+// 64x256) would straddle two weight-scale blocks, i.e. N = N_b/2 not a multiple of s: at
+// N = 160, 128x256, 128x128 and 64x256 refuse, 64x128 and 64x64 (the heuristic's pick steps
+// down to them) run. Kernel
 // "automatic" must give the right answer too, and it is checked in every case.
 TEST(Sm90MoeGemm, OutDtypesAndPartialColumnTiles) {
   MODMOE_REQUIRE_GPU();

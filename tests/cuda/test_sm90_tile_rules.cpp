@@ -204,7 +204,8 @@ TEST(Sm90TileRules, Fp8BlockGatedRefusesTilesWhoseScalePartsStraddleABlockByName
 }
 
 // The Sm90Experts config rule that follows: fp8_block takes K, N multiples of 16, and N % 64
-// for GateUp/UpGate (GEMM1's fp8 out needs a 256-wide tile, at best 64x256).
+// for GateUp/UpGate (GEMM1's fp8 out needs a 256-wide tile; 64x256 and 128x256 read one weight
+// scale per 64 gate or up rows).
 TEST(Sm90TileRules, Sm90ExpertsTakeFp8BlockWithUnalignedKAndN) {
   MoEConfig c =
       testing::simple_spec(1, 4, 128, 2880, 2880, DType::bf16, QuantScheme::fp8_block).config;

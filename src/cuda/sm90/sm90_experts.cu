@@ -157,9 +157,9 @@ std::string sm90_experts_unsupported(const MoEConfig& c) {
     why << "K and N must be multiples of 16, got K = " << K << ", N = " << N;
   } else if (is_fp8(c) && c.gated_layout != GatedLayout::Interleaved && N % 64 != 0) {
     // GEMM1 writes the fp8 intermediate from 256-wide tiles (one 128-column quantization group
-    // per tile row); the narrowest, 64x256, has accumulator halves of 64 gate or up rows, each
-    // of which must lie in one 128-row weight-scale block of w13: N % 64 == 0 (sm90_gemm.cu,
-    // fp8_block_misfit). K and N need not be multiples of 128 (partial last scale groups).
+    // per tile row); both, 64x256 and 128x256, read one weight scale per 64 gate or up rows,
+    // each part of which must lie in one 128-row weight-scale block of w13: N % 64 == 0
+    // (sm90_gemm.cu, fp8_block_misfit). K and N need not be multiples of 128 (partial last scale groups).
     why << "fp8_block with a " << gated_layout_name(c.gated_layout)
         << " w13 needs N to be a multiple of 64 (one weight-scale block per gate or up half of "
            "a 64x256 tile), got K = "

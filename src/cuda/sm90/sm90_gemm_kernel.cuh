@@ -479,15 +479,16 @@ __device__ __forceinline__ void fp8_main_loop_together(const KernelParams& p,
 // A 64x256 consumer (the 128x256 fp8 tile) has no registers for a product buffer of both
 // halves (128 + 128 accumulators): it runs its K block one accumulator half at a time, each
 // half's wgmmas (n = 128) into one 64-register buffer, waited for and promoted before the next.
-// kSplit (C::kSplitScales): each half's last 64 columns have a weight scale of their own
+// C::kSplitScales: each half's last 64 columns have a weight scale of their own
 // (ScaleCursor::b_mid). Used for every tile, the split promotion and its cursor cost Mixtral's
 // fp8 GEMMs (no half straddles there) 7 % more instructions and ~6 % more time (ncu,
 // 2026-12-01; docs/perf.md), hence the kernel of its own.
-template <class C, bool kSplit>
+template <class C>
 __device__ __forceinline__ void fp8_main_loop_by_halves(const KernelParams& p,
                                                         const OperandFields& f, Control& ctl,
                                                         ScaleCursor c, float (&acc)[2][C::kHalfAcc],
                                                         int& stage, uint32_t& phase) {
+  constexpr bool kSplit = C::kSplitScales;
   float part[C::kHalfAcc];
   // kSplit keeps the cursor as one pointer per operand plus 32-bit offsets, stepped by the
   // parameters (this consumer has 232 registers, 192 of them hold acc and part; the pointer form
@@ -544,7 +545,7 @@ __device__ __forceinline__ void fp8_main_loop(const KernelParams& p, const Opera
                                               float (&acc)[2][C::kHalfAcc], int& stage,
                                               uint32_t& phase) {
   if constexpr (C::kHalfAcc > 32) {
-    fp8_main_loop_by_halves<C, C::kSplitScales>(p, f, ctl, c, acc, stage, phase);
+    fp8_main_loop_by_halves<C>(p, f, ctl, c, acc, stage, phase);
   } else {
     fp8_main_loop_together<C>(p, f, ctl, c, acc, stage, phase);
   }
