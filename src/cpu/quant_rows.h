@@ -1,7 +1,8 @@
 // Row-level fp8 quantization helpers for the CPU backend's inner loops (internal header).
 //
 // The scale conventions are those of include/modmoe/quant.h:
-//   fp8 (tensor / token / block): scale = amax / 448, q = e4m3_rne_saturating(x / scale)
+//   fp8 (tensor / token / block): scale = amax / 448, q = e4m3_rne_saturating(x * (1 / scale))
+//   (the reciprocal correctly rounded once per group: e4m3_quantize below)
 //   mxfp8: scale = 2^(floor(log2(amax)) - 8) stored as an e8m0 code, same element rule
 // and dequant(q) = e4m3(q) * scale, a single fp32 multiply.
 //
@@ -122,10 +123,39 @@ inline uint8_t mx_scale_code_for_amax(float amax) {
 
 // ---- spans and rows ----------------------------------------------------------------------
 
-// q[i] = e4m3(x[i] / scale). Division (not a reciprocal multiply) so that values that are
-// already e4m3 * scale re-quantize to the same codes.
+// What a group's elements are multiplied by: q = (x * pre) * inverse, with inverse = 1 / scale
+// correctly rounded and pre = 1. 1 / scale overflows below 2^-128, so a subnormal (or zero)
+// scale takes pre = 2^64 and inverse = RN(2^-64 / scale) instead: the same correctly rounded
+// reciprocal moved into range, and x * 2^64 is exact, so the product and its rounding are the
+// same as with an unbounded exponent. The GPU computes the same (src/cuda/fp8_codec.cuh).
+struct Fp8Reciprocal {
+  float pre, inverse;
+};
+inline Fp8Reciprocal fp8_reciprocal(float scale) {
+  if (scale < std::numeric_limits<float>::min()) return {0x1p64f, 1.0f / (scale * 0x1p64f)};
+  return {1.0f, 1.0f / scale};
+}
+
+// e4m3 code of x / scale as (x * pre) * inverse. A NaN takes x's sign when x is NaN, else the
+// scale's (written out: which NaN operand a multiplication returns is the compiler's choice).
+//
+// Design decision (docs/formats.md): a multiply by the reciprocal, not a correctly rounded
+// division per element. The division was the largest part of the Hopper GEMM1 epilogue and of
+// quantize_rows on the H200 (perf.md, eighth session); x * RN(1/scale) is within 1.5 fp32 ulp of
+// RN(x / scale), so a code differs only where x / scale is that close to a midpoint between
+// two e4m3 values, and values that are e4m3 * scale still re-quantize to their codes.
+inline uint8_t e4m3_quantize(float x, float scale, Fp8Reciprocal r) {
+  const float q = (x * r.pre) * r.inverse;
+  if (std::isnan(q)) {
+    return static_cast<uint8_t>(((float_bits(std::isnan(x) ? x : scale) >> 24) & 0x80u) | 0x7fu);
+  }
+  return e4m3_encode(q);
+}
+
+// q[i] = e4m3(x[i] / scale), by e4m3_quantize.
 inline void quantize_span(const float* x, int64_t n, float scale, uint8_t* q) {
-  for (int64_t i = 0; i < n; ++i) q[i] = e4m3_encode(x[i] / scale);
+  const Fp8Reciprocal r = fp8_reciprocal(scale);
+  for (int64_t i = 0; i < n; ++i) q[i] = e4m3_quantize(x[i], scale, r);
 }
 
 // out[i] = e4m3(q[i]) * scale.

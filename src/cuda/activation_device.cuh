@@ -14,16 +14,31 @@ namespace modmoe::cuda {
 // sees exact zeros in every row past an expert's end (fp8 scales them by 0). At 1 row per
 // expert that path cost the fused fp8 FC1 a quarter of its time (ncu, H200, 2026-11-30). The
 // reciprocal's slow path needs 1 + exp(-a x) out of range (a x < -87); one more rounding.
+//
+// kFast (the Hopper GEMM epilogue, whose outputs are bf16/fp16/fp8): exp2 and reciprocal
+// approximations (one MUFU each, a few fp32 ulp) instead of expf's range reduction and the
+// correctly rounded reciprocal's Newton steps, range check and branch; together with the
+// quantization's division those were ~2/3 of the fp8-out epilogue's instructions (ncu, H200,
+// perf.md eighth session). 1 + exp(-a x) = inf gives a reciprocal of 0, as the exact form.
+template <bool kFast = false>
 __device__ __forceinline__ float times_sigmoid(float x, float a) {
-  return x * (1.0f / (1.0f + expf(-a * x)));
+  if constexpr (kFast) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + __expf(-a * x)));
+    return x * r;
+  } else {
+    return x * (1.0f / (1.0f + expf(-a * x)));
+  }
 }
 
 // act(g) of the gate function of `act` (gated and _no_mul forms share it), as activation.h.
+// kFast: the sigmoid-based ones approximated (times_sigmoid).
+template <bool kFast = false>
 __device__ __forceinline__ float gate_function(Activation act, float g) {
   switch (act) {
     case Activation::silu:
     case Activation::silu_no_mul:
-      return times_sigmoid(g, 1.0f);
+      return times_sigmoid<kFast>(g, 1.0f);
     case Activation::gelu:
     case Activation::gelu_no_mul:
       return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f));
@@ -34,20 +49,21 @@ __device__ __forceinline__ float gate_function(Activation act, float g) {
     case Activation::swigluoai_no_mul: {
       // std::min(g, limit) of the host formula: NaN stays NaN.
       const float x = kSwigluOaiLimit < g ? kSwigluOaiLimit : g;
-      return times_sigmoid(x, kSwigluOaiAlpha);
+      return times_sigmoid<kFast>(x, kSwigluOaiAlpha);
     }
   }
   return g;
 }
 
+template <bool kFast = false>
 __device__ __forceinline__ float gated_function(Activation act, float gate, float up) {
   if (act == Activation::swigluoai) {
     // std::max(std::min(up, limit), -limit) of the host formula.
     up = kSwigluOaiLimit < up ? kSwigluOaiLimit : up;
     up = up < -kSwigluOaiLimit ? -kSwigluOaiLimit : up;
-    return gate_function(act, gate) * (up + 1.0f);
+    return gate_function<kFast>(act, gate) * (up + 1.0f);
   }
-  return gate_function(act, gate) * up;
+  return gate_function<kFast>(act, gate) * up;
 }
 
 }  // namespace modmoe::cuda

@@ -51,8 +51,8 @@ constexpr int kGroup = 128;      // fp8 scale group along a row
 constexpr int kTileRows = 16;    // output rows of a CTA: the M of one m16n8k16 MMA
 constexpr int kStageChunks = 4;  // 16-byte chunks a lane copies per stage: 2 steps x 2 rows
 constexpr int kGateUpWarps = 4;
-constexpr int kMaxWarps = 16;    // down
-constexpr int kFillLoads = 8;    // down: rounds of h loads in flight while staging
+constexpr int kMaxWarps = 16;  // down
+constexpr int kFillLoads = 8;  // down: rounds of h loads in flight while staging
 // The shared memory of a CTA every GPU from sm_80 grants (99 KiB per block on sm_86 / sm_89):
 // a config the decode path accepts runs with at most this much (decode_mlp_config_fits); the
 // launch takes what the device gives (device_limits()), opting in above 48 KiB (launch()).
@@ -262,8 +262,7 @@ __host__ __device__ inline DownShared down_shared(int64_t topk, int64_t N, size_
 // g + 8 its up row; units are the stages along K. N % 16 == 0: every tile is whole, and its gate
 // rows (and its up rows) lie in one 128-row scale block.
 template <typename W>
-__global__ void __launch_bounds__(kGateUpWarps * 32)
-    decode_gate_up_kernel(const DecodeMlpArgs a) {
+__global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
   using S = OperandOf<W>;
   using Sp = Span<W>;
@@ -355,8 +354,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32)
     }
   };
   uint4* ring = reinterpret_cast<uint4*>(base + warp * kRingBytesPerWarp);
-  stream_stages(ring, stages_of_warp(units, warp, kGateUpWarps), warp, source, next, use,
-                prologue);
+  stream_stages(ring, stages_of_warp(units, warp, kGateUpWarps), warp, source, next, use, prologue);
 
   publish_partials(red, warp, acc_gate, acc_up);
   __syncthreads();
@@ -374,8 +372,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32)
 // padded to whole stages with zeros), a factor per (pair, stage) (the router weight, times the
 // group's h scale and w2 scale when fp8), the pairs' local experts, the warps' partials.
 template <typename W, typename Out>
-__global__ void __launch_bounds__(kMaxWarps * 32)
-    decode_down_kernel(const DecodeMlpArgs a) {
+__global__ void __launch_bounds__(kMaxWarps * 32) decode_down_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
   using S = OperandOf<W>;
   using Sp = Span<W>;
@@ -421,8 +418,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
     const int32_t e = expert_s[u.j];
     const int n = u.stage * Sp::kStage + (c / 2) * Sp::kStep;
     const bool valid = e < E_local && n + lane_n < N;
-    *src = valid ? static_cast<const void*>(lane_w2 + int64_t{e} * K * N + (c % 2) * 8 * N + n)
-                 : a.w2;
+    *src =
+        valid ? static_cast<const void*>(lane_w2 + int64_t{e} * K * N + (c % 2) * 8 * N + n) : a.w2;
     return valid;
   };
   auto next = [&](Unit& u) {
@@ -457,13 +454,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
           const int u = u0 + i * warps, j = u / n_groups, grp = u % n_groups,
                     n = grp * kGroup + lane * 4;
           if (u >= tasks || expert_s[j] >= E_local) continue;  // warp-uniform
-          uint32_t amax = max(max(abs_bits(v[i].x), abs_bits(v[i].y)),
-                              max(abs_bits(v[i].z), abs_bits(v[i].w)));
+          uint32_t amax =
+              max(max(abs_bits(v[i].x), abs_bits(v[i].y)), max(abs_bits(v[i].z), abs_bits(v[i].w)));
           amax = __reduce_max_sync(0xffffffffu, amax);
           const float scale = fp8_scale_for_amax(__uint_as_float(amax));
+          const Fp8Reciprocal r = fp8_reciprocal(scale);
           // Past N (the padding of the last group's stage): zeros.
-          const uint32_t lo = n < N ? e4m3_pair(v[i].x, v[i].y, scale) : 0u,
-                         hi = n < N ? e4m3_pair(v[i].z, v[i].w, scale) : 0u;
+          const uint32_t lo = n < N ? e4m3_pair(v[i].x, v[i].y, scale, r) : 0u,
+                         hi = n < N ? e4m3_pair(v[i].z, v[i].w, scale, r) : 0u;
           *reinterpret_cast<uint2*>(a2_s + j * n_pad + n) =
               make_uint2(e4m3x2_to_half2(lo), e4m3x2_to_half2(hi));
           if (lane == 0) fold_s[j * folds + grp] *= scale;

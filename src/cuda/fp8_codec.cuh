@@ -46,16 +46,34 @@ __device__ __forceinline__ float e4m3_value(uint8_t code) {
   return __uint_as_float(__float_as_uint(magnitude) | sign);
 }
 
-// The e4m3 codes of x0 / scale and x1 / scale (x0's in the low byte): correctly rounded
-// division, then RNE with finite saturation by the hardware conversion. A NaN quotient gets
-// the sign the CPU's gives it: x86 division returns its NaN operand (x if x is NaN, else the
-// scale), while the GPU returns one canonical NaN.
+// What a group's elements are multiplied by, q = (x * pre) * inverse: cpu::fp8_reciprocal's
+// twin (src/cpu/quant_rows.h). inverse = 1 / scale correctly rounded, pre = 1; a subnormal or
+// zero scale, whose reciprocal overflows, takes pre = 2^64 and inverse = RN(2^-64 / scale).
+// A multiply, not a correctly rounded division per element: the division's Newton steps, range
+// check and slow-path branch were the largest part of the fp8-out GEMM1 epilogue (ncu, H200;
+// docs/formats.md, perf.md eighth session).
+struct Fp8Reciprocal {
+  float pre, inverse;
+};
+__device__ __forceinline__ Fp8Reciprocal fp8_reciprocal(float scale) {
+  if (scale < __uint_as_float(0x00800000u)) {  // below the smallest normal float
+    return {0x1p64f, __frcp_rn(__fmul_rn(scale, 0x1p64f))};
+  }
+  return {1.0f, __frcp_rn(scale)};
+}
+
+// The code of a NaN quotient: x's sign if x is NaN, else the scale's (as the CPU writes it out;
+// the GPU's arithmetic returns one canonical NaN).
 __device__ __forceinline__ uint32_t e4m3_nan_code(float x, float scale) {
   return ((__float_as_uint(isnan(x) ? x : scale) >> 24) & 0x80u) | 0x7fu;
 }
 
-__device__ __forceinline__ uint32_t e4m3_pair(float x0, float x1, float scale) {
-  const float q0 = __fdiv_rn(x0, scale), q1 = __fdiv_rn(x1, scale);
+// The e4m3 codes of x0 / scale and x1 / scale (x0's in the low byte) as (x * pre) * inverse,
+// then RNE with finite saturation by the hardware conversion: bit-identical to the CPU's
+// e4m3_quantize.
+__device__ __forceinline__ uint32_t e4m3_pair(float x0, float x1, float scale, Fp8Reciprocal r) {
+  const float q0 = __fmul_rn(__fmul_rn(x0, r.pre), r.inverse);
+  const float q1 = __fmul_rn(__fmul_rn(x1, r.pre), r.inverse);
   uint32_t codes = __nv_cvt_float2_to_fp8x2(make_float2(q0, q1), __NV_SATFINITE, __NV_E4M3);
   if (isnan(q0)) codes = (codes & 0xff00u) | e4m3_nan_code(x0, scale);
   if (isnan(q1)) codes = (codes & 0x00ffu) | (e4m3_nan_code(x1, scale) << 8);

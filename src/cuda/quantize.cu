@@ -3,8 +3,9 @@
 //
 // Every result is bit-identical to the CPU quantizer (src/cpu/quant_rows.h): the same amax
 // (a max over the |x| bit patterns, NaN-propagating), the same scale arithmetic (one correctly
-// rounded fp32 division), q = e4m3_rne_satfinite(x / scale) with a correctly rounded division,
-// and NaN codes that keep their sign. The tests compare codes and scales byte for byte.
+// rounded fp32 division), q = e4m3_rne_satfinite(x * (1 / scale)) with the reciprocal correctly
+// rounded once per chunk (fp8_codec.cuh), and NaN codes that keep their sign. The tests
+// compare codes and scales byte for byte.
 //
 // Layout of the work: one thread block per row (a grid-stride loop over rows), each thread
 // taking 8 consecutive elements per step (one 16-byte load of bf16/fp16) so that a group of
@@ -87,10 +88,11 @@ __device__ __forceinline__ uint32_t chunk_amax_bits(const float (&v)[kChunk]) {
 __device__ __forceinline__ void quantize_chunk(const float (&v)[kChunk], float scale,
                                                uint8_t* q_row, int64_t k0, int64_t K,
                                                bool vectorized) {
+  const Fp8Reciprocal r = fp8_reciprocal(scale);
   uint32_t pairs[kChunk / 2];
 #pragma unroll
   for (int j = 0; j < kChunk / 2; ++j) {
-    pairs[j] = e4m3_pair(v[2 * j], v[2 * j + 1], scale);
+    pairs[j] = e4m3_pair(v[2 * j], v[2 * j + 1], scale, r);
   }
   if (vectorized) {
     *reinterpret_cast<uint2*>(q_row + k0) =

@@ -15,7 +15,8 @@ namespace modmoe::cuda {
 // per row, contiguous) and their scales in the layout of act_scale_shape(scheme, rows, K):
 // per-tensor fp32 (1), per-token fp32 (rows, 1), group-128 fp32 (rows, ceil(K/128)),
 // MX e8m0 (rows, ceil(K/32)). Semantics identical to the CPU quantizer (quant.h): dynamic
-// scale = amax / 448 in fp32 (1 when amax == 0), q = rne_satfinite(x / scale).
+// scale = amax / 448 in fp32 (1 when amax == 0), q = rne_satfinite(x * (1 / scale))
+// (docs/formats.md).
 // `rows` is the capacity; when `num_rows` (device int32) is given only rows < *num_rows are
 // read, written and counted in the per-tensor amax. fp8_tensor dynamic computes the amax on the
 // device (deterministically) into scale[0] first; with `static_scale` scale[0] is read.

@@ -313,7 +313,7 @@ std::vector<double> quantize_with_numeric(const std::vector<float>& x, int64_t r
                               ? std::ldexp(1.0f, std::max(std::ilogb(amax) - 8, -127))
                               : (amax == 0 ? 1.0f : amax / 448.0f);
       for (int64_t i = begin; i < end; ++i)
-        out[i] = double(e4m3_to_float(float_to_e4m3(x[i] / scale))) * scale;
+        out[i] = double(e4m3_to_float(float_to_e4m3(x[i] * (1.0f / scale)))) * scale;
     }
   }
   return out;

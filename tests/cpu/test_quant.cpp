@@ -168,7 +168,10 @@ void check_quantized(const Layout& layout, const std::vector<float>& x, const ui
       for (int64_t k = 0; k < layout.K; ++k, ++i) {
         const int64_t s = layout.scale_index(e, n, k);
         const float sf = static_cast<float>(scale[s]);
-        ASSERT_EQ(q[i], float_to_e4m3(x[i] / sf))
+        // The element rule of formats.md: x times the correctly rounded reciprocal (the
+        // test data's scales are normal floats; subnormal ones: SubnormalAndZeroScales).
+        ASSERT_GE(sf, std::numeric_limits<float>::min());
+        ASSERT_EQ(q[i], float_to_e4m3(x[i] * (1.0f / sf)))
             << "element (" << e << ", " << n << ", " << k << ") x = " << x[i] << " scale " << sf;
         ASSERT_NE(q[i] & 0x7f, 0x7f) << "NaN code at " << i;  // so |q| <= 448
         const double dequant = static_cast<double>(e4m3_to_float(q[i])) * scale[s];
@@ -282,6 +285,81 @@ TEST(QuantRows, E4M3TablesAndEncoderMatchNumeric) {
     }
   }
   for (float f : {0.0f, -0.0f, INFINITY, -INFINITY, 448.0f, 464.0f, 1e-45f}) expect_same(f);
+}
+
+// The element rule (formats.md): x times the correctly rounded reciprocal of the scale, for
+// normal scales literally x * (1 / scale); the codes are those of the division but where x /
+// scale lies within ~1.5 fp32 ulp of a midpoint between two e4m3 values, and e4m3 * scale
+// re-quantizes to its code.
+TEST(QuantRows, QuantizeMultipliesByTheReciprocal) {
+  std::mt19937 rng(kSeed + 7);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int64_t differ_from_division = 0, checked = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const float scale = std::ldexp(mantissa(rng), trial % 200 - 120);  // 2^-120 .. 2^80
+    const cpu::Fp8Reciprocal r = cpu::fp8_reciprocal(scale);
+    ASSERT_EQ(r.pre, 1.0f);
+    ASSERT_EQ(r.inverse, 1.0f / scale);
+    for (int i = 0; i < 64; ++i) {
+      const float x = normal(rng) * 100.0f * scale;
+      const uint8_t code = cpu::e4m3_quantize(x, scale, r);
+      ASSERT_EQ(code, float_to_e4m3(x * (1.0f / scale))) << x << " / " << scale;
+      const uint8_t divided = float_to_e4m3(x / scale);
+      if (code != divided) {  // then x / scale is within a few fp32 ulp of their midpoint
+        ++differ_from_division;
+        const double midpoint =
+            (std::fabs(e4m3_to_float(code)) + std::fabs(e4m3_to_float(divided))) / 2;
+        const double quotient = std::fabs(static_cast<double>(x) / scale);
+        EXPECT_LE(std::fabs(quotient - midpoint), quotient * 0x1p-21) << x << " / " << scale;
+      }
+      ++checked;
+    }
+    for (int c = 0; c < 0x7f; ++c) {  // every finite code of both signs re-quantizes to itself
+      for (int sign : {0, 0x80}) {
+        const uint8_t want = static_cast<uint8_t>(c | sign);
+        ASSERT_EQ(cpu::e4m3_quantize(e4m3_to_float(want) * scale, scale, r), want)
+            << "code 0x" << std::hex << int{want} << " scale " << scale;
+      }
+    }
+  }
+  // Near-midpoint quotients are rare: a handful at most in 128000 normal samples.
+  EXPECT_LE(differ_from_division, 8) << "of " << checked;
+}
+
+// A subnormal scale (an amax below ~5e-36) has a reciprocal past float's range: the quantizer
+// multiplies by RN(2^-64 / scale) after scaling x by 2^64 (both exact moves), so the codes are
+// within rounding of x / scale and e4m3 * scale still re-quantizes. A zero (static) scale
+// saturates non-zero x and makes 0 a NaN code, as the division did.
+TEST(QuantRows, SubnormalAndZeroScales) {
+  for (float scale : {std::numeric_limits<float>::denorm_min(), 7e-42f, 1e-39f,
+                      std::numeric_limits<float>::min() / 2}) {
+    SCOPED_TRACE(scale);
+    const cpu::Fp8Reciprocal r = cpu::fp8_reciprocal(scale);
+    ASSERT_TRUE(std::isinf(1.0f / scale) || scale < std::numeric_limits<float>::min());
+    ASSERT_EQ(r.pre, 0x1p64f);
+    ASSERT_TRUE(std::isfinite(r.inverse));
+    for (int c = 0; c < 0x7f; ++c) {
+      const float x = e4m3_to_float(static_cast<uint8_t>(c)) * scale;  // rounded to a subnormal
+      const uint8_t code = cpu::e4m3_quantize(x, scale, r);
+      // Within half an e4m3 spacing of x / scale, computed in double.
+      const double quotient = static_cast<double>(x) / scale;
+      const double got = e4m3_to_float(code);
+      const double spacing =
+          quotient < 0.015625 ? 0x1p-9 : std::ldexp(1.0, std::ilogb(quotient) - 3);
+      EXPECT_LE(std::fabs(got - std::min(quotient, 448.0)), spacing / 2 + quotient * 0x1p-21)
+          << "x = " << x << " code 0x" << std::hex << int{code};
+      if (x == e4m3_to_float(static_cast<uint8_t>(c)) * static_cast<double>(scale)) {
+        EXPECT_EQ(code, c) << "x = " << x << " is exactly code " << c << " times the scale";
+      }
+    }
+  }
+  const cpu::Fp8Reciprocal zero = cpu::fp8_reciprocal(0.0f);
+  EXPECT_EQ(cpu::e4m3_quantize(3.0f, 0.0f, zero), 0x7e);  // +inf quotient: saturates
+  EXPECT_EQ(cpu::e4m3_quantize(-3.0f, 0.0f, zero), 0xfe);
+  EXPECT_EQ(cpu::e4m3_quantize(0.0f, 0.0f, zero), 0x7f);  // 0 / 0: NaN, the scale's sign
+  EXPECT_EQ(cpu::e4m3_quantize(-NAN, 1.0f, cpu::fp8_reciprocal(1.0f)), 0xff);  // x's sign
+  EXPECT_EQ(cpu::e4m3_quantize(1.0f, NAN, cpu::fp8_reciprocal(NAN)), 0x7f);    // the scale's
 }
 
 TEST(QuantRows, ScaleForAmax) {

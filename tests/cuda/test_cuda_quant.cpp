@@ -313,6 +313,38 @@ TEST(CudaQuant, NonFiniteInputsMatchCpu) {
   }
 }
 
+// Groups so small that their scale (amax / 448) is a subnormal float, whose reciprocal
+// overflows: the quantizers multiply by RN(2^-64 / scale) after scaling x by 2^64
+// (formats.md). Rows: amax ~3e-39, ~1e-41, a few multiples of the smallest float, and a row
+// whose first group is tiny and the rest normal (per-token then has a normal scale).
+TEST(CudaQuant, SubnormalScalesMatchCpu) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession gpu;
+  const int64_t M = 4, K = 256;
+  std::mt19937 rng(77);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (DType dtype : {DType::fp32, DType::bf16}) {  // fp16 has no such small values
+    OwnedTensor x = host_tensor(dtype, {M, K});
+    for (int64_t k = 0; k < K; ++k) {
+      store_float(x.tensor().data(), dtype, 0 * K + k, normal(rng) * 1e-39f);
+      store_float(x.tensor().data(), dtype, 1 * K + k, normal(rng) * 4e-42f);
+      store_float(x.tensor().data(), dtype, 2 * K + k,
+                  static_cast<float>(k % 7) * std::numeric_limits<float>::denorm_min());
+      store_float(x.tensor().data(), dtype, 3 * K + k, normal(rng) * (k < 128 ? 1e-40f : 1.0f));
+    }
+    const OwnedTensor x_dev = gpu.to_device(x);
+    for (QuantScheme scheme : {QuantScheme::fp8_token, QuantScheme::fp8_block}) {
+      SCOPED_TRACE(describe_case(scheme, dtype, M, K) + " with subnormal scales");
+      const Quantized cpu = quantize_on_cpu(x, scheme);
+      ASSERT_LT(cpu.scale.data_ptr<float>()[0], std::numeric_limits<float>::min());
+      const OwnedTensor q_dev = poisoned_device(gpu, DType::fp8_e4m3, {M, K});
+      const Quantized gpu_result = quantize_on_gpu(gpu, x_dev, scheme, q_dev);
+      EXPECT_EQ(byte_diff(bytes_of(cpu.scale), bytes_of(gpu_result.scale)), "") << "scales";
+      EXPECT_EQ(byte_diff(bytes_of(cpu.q), bytes_of(gpu_result.q)), "") << "codes";
+    }
+  }
+}
+
 // An empty tensor: per-tensor dynamic quantization still writes its scale, 1 (as the CPU);
 // the other schemes have nothing to do (their empty tensors have no memory at all).
 TEST(CudaQuant, EmptyTensorGetsScaleOne) {
