@@ -15,11 +15,12 @@ namespace modmoe::cuda {
 // expert that path cost the fused fp8 FC1 a quarter of its time (ncu, H200, 2026-11-30). The
 // reciprocal's slow path needs 1 + exp(-a x) out of range (a x < -87); one more rounding.
 //
-// kFast (the Hopper GEMM epilogue, whose outputs are bf16/fp16/fp8): exp2 and reciprocal
-// approximations (one MUFU each, a few fp32 ulp) instead of expf's range reduction and the
-// correctly rounded reciprocal's Newton steps, range check and branch; together with the
-// quantization's division those were ~2/3 of the fp8-out epilogue's instructions (ncu, H200,
-// perf.md eighth session). 1 + exp(-a x) = inf gives a reciprocal of 0, as the exact form.
+// kFast (the Hopper GEMM epilogue, whose outputs are mostly rounded to bf16/fp8): exp2 and
+// reciprocal approximations (one MUFU each, a few fp32 ulp) instead of expf's range reduction and
+// the correctly rounded reciprocal's Newton steps, range check and branch. Together with the
+// quantization's multiply (fp8_codec.cuh) that took ~1250 of the ~2960 instructions per warp
+// and tile out of the fp8-out GEMM1 epilogue (ncu, H200, perf.md eighth session).
+// 1 + exp(-a x) = inf gives a reciprocal of 0, as the exact form.
 template <bool kFast = false>
 __device__ __forceinline__ float times_sigmoid(float x, float a) {
   if constexpr (kFast) {
