@@ -45,20 +45,35 @@ __global__ void expert_counts_kernel(const int32_t* __restrict__ m_indptr, int64
   counts[e] = static_cast<int32_t>(n < T ? n : T);
 }
 
+// One copy of rows by batched_row, in units of V: the flattened (row, unit) index space of its
+// total_units.
+template <typename Index>
+struct CopyTable {
+  const char* src;
+  int64_t src_stride;
+  char* dst;
+  int64_t dst_stride;
+  Index units_per_row, total_units;
+};
+
 // One thread per (row, unit) of the flattened copy (a grid-stride loop past 65535 blocks): a
 // row's units are spread over lanes whatever the row length. One block per row left a 64-byte
 // scale row to 4 threads of a 32-thread block: 42 us for Qwen3-30B's 65536 pairs at M = 8192 on
-// the H200, 5.6 us flattened (docs/perf.md). Index is int32_t when every unit index fits.
+// the H200, 5.6 us flattened (docs/perf.md). Index is int32_t when every unit index fits. Two
+// tables by the same rows (a gather of rows and of their scale rows) run in one launch: t1's
+// units follow t0's (t1.total_units = 0 for one table).
 template <typename V, typename Index>
 __global__ void __launch_bounds__(kThreads)
-    copy_rows_kernel(const char* __restrict__ src, int64_t src_stride, char* __restrict__ dst,
-                     int64_t dst_stride, Index units_per_row,
-                     const int32_t* __restrict__ batched_row, Index total_units, Index topk,
-                     bool gather) {
+    copy_rows_kernel(const CopyTable<Index> t0, const CopyTable<Index> t1,
+                     const int32_t* __restrict__ batched_row, Index topk, bool gather) {
   const Index stride = static_cast<Index>(gridDim.x) * kThreads;
-  for (Index g = static_cast<Index>(blockIdx.x) * kThreads + threadIdx.x; g < total_units;
-       g += stride) {
-    const Index p = g / units_per_row, u = g - p * units_per_row;
+  const Index total = t0.total_units + t1.total_units;
+  for (Index g = static_cast<Index>(blockIdx.x) * kThreads + threadIdx.x; g < total; g += stride) {
+    // Field by field, so the tables stay kernel parameters (no local copy to index).
+    const bool second = g >= t0.total_units;
+    const Index i = second ? g - t0.total_units : g;
+    const Index units_per_row = second ? t1.units_per_row : t0.units_per_row;
+    const Index p = i / units_per_row, u = i - p * units_per_row;
     int64_t s, d;
     if (gather) {
       s = batched_row[p];
@@ -68,37 +83,54 @@ __global__ void __launch_bounds__(kThreads)
       if (d < 0) continue;
       s = p / topk;
     }
-    V* to = reinterpret_cast<V*>(dst + d * dst_stride) + u;
-    *to = s < 0 ? V{} : reinterpret_cast<const V*>(src + s * src_stride)[u];
+    V* to = reinterpret_cast<V*>((second ? t1.dst : t0.dst) +
+                                 d * (second ? t1.dst_stride : t0.dst_stride)) +
+            u;
+    const char* from_row =
+        (second ? t1.src : t0.src) + s * (second ? t1.src_stride : t0.src_stride);
+    *to = s < 0 ? V{} : reinterpret_cast<const V*>(from_row)[u];
   }
 }
 
-void copy_rows(const char* fn, const void* src, int64_t src_stride, void* dst, int64_t dst_stride,
-               int64_t row_bytes, const int32_t* batched_row, int64_t num_pairs, int64_t topk,
-               bool gather, cudaStream_t stream) {
-  MODMOE_CHECK(row_bytes >= 0 && src_stride >= row_bytes && dst_stride >= row_bytes)
-      << fn << ": strides must be >= row_bytes = " << row_bytes
-      << ", got src_stride = " << src_stride << ", dst_stride = " << dst_stride;
-  MODMOE_CHECK(num_pairs >= 0 && topk >= 1)
-      << fn << ": need num_pairs >= 0 and topk >= 1, got " << num_pairs << ", " << topk;
-  if (num_pairs == 0 || row_bytes == 0) return;
-  MODMOE_CHECK(src != nullptr && dst != nullptr && batched_row != nullptr)
-      << fn << ": src, dst and batched_row must not be null";
-  // The widest unit that divides both pointers, both strides and the row.
+void check_row_copy(const char* fn, const RowCopy& c) {
+  MODMOE_CHECK(c.row_bytes >= 0 && c.src_stride >= c.row_bytes && c.dst_stride >= c.row_bytes)
+      << fn << ": strides must be >= row_bytes = " << c.row_bytes
+      << ", got src_stride = " << c.src_stride << ", dst_stride = " << c.dst_stride;
+}
+
+// The widest unit (16, 8, 4, 2 or 1 bytes) that divides both pointers, both strides and the row.
+int copy_unit(const RowCopy& c) {
   int unit = 16;
-  while (unit > 1 && !(is_aligned(src, unit) && is_aligned(dst, unit) && src_stride % unit == 0 &&
-                       dst_stride % unit == 0 && row_bytes % unit == 0))
+  while (unit > 1 &&
+         !(is_aligned(c.src, unit) && is_aligned(c.dst, unit) && c.src_stride % unit == 0 &&
+           c.dst_stride % unit == 0 && c.row_bytes % unit == 0))
     unit /= 2;
-  const int64_t units = row_bytes / unit, total = units * num_pairs;
+  return unit;
+}
+
+// One launch copying `tables` (one or two) in units of `unit` bytes.
+void launch_copy(const RowCopy* tables, int count, int unit, const int32_t* batched_row,
+                 int64_t num_pairs, int64_t topk, bool gather, cudaStream_t stream) {
+  int64_t units[2] = {0, 0};
+  for (int i = 0; i < count; ++i) units[i] = tables[i].row_bytes / unit;
+  const int64_t total = (units[0] + units[1]) * num_pairs;
   const int blocks = grid_for(total);
   auto launch = [&](auto tag) {
     using V = typename decltype(tag)::type;
     const auto run = [&](auto index_tag) {
       using Index = decltype(index_tag);
-      copy_rows_kernel<V, Index><<<blocks, kThreads, 0, stream>>>(
-          static_cast<const char*>(src), src_stride, static_cast<char*>(dst), dst_stride,
-          static_cast<Index>(units), batched_row, static_cast<Index>(total),
-          static_cast<Index>(topk), gather);
+      CopyTable<Index> t[2] = {};
+      for (int i = 0; i < count; ++i) {
+        t[i] = {static_cast<const char*>(tables[i].src),
+                tables[i].src_stride,
+                static_cast<char*>(tables[i].dst),
+                tables[i].dst_stride,
+                static_cast<Index>(units[i]),
+                static_cast<Index>(units[i] * num_pairs)};
+      }
+      t[1].units_per_row = std::max<Index>(t[1].units_per_row, 1);  // never divided by 0
+      copy_rows_kernel<V, Index><<<blocks, kThreads, 0, stream>>>(t[0], t[1], batched_row,
+                                                                  static_cast<Index>(topk), gather);
     };
     // int32 division when the last index of the grid-stride loop still fits.
     if (total + int64_t{kThreads} * kMaxBlocks < std::numeric_limits<int32_t>::max())
@@ -124,6 +156,31 @@ void copy_rows(const char* fn, const void* src, int64_t src_stride, void* dst, i
       break;
   }
   MODMOE_CUDA_CHECK_LAUNCH();
+}
+
+// Copies one or two tables by the same batched_row: in one launch when a common unit is as wide
+// as each table's own, else one launch per table (a 92-byte scale row must not narrow the copy
+// of its 2880-byte rows to 4-byte units).
+void copy_rows(const char* fn, const RowCopy* tables, int count, const int32_t* batched_row,
+               int64_t num_pairs, int64_t topk, bool gather, cudaStream_t stream) {
+  for (int i = 0; i < count; ++i) check_row_copy(fn, tables[i]);
+  MODMOE_CHECK(num_pairs >= 0 && topk >= 1)
+      << fn << ": need num_pairs >= 0 and topk >= 1, got " << num_pairs << ", " << topk;
+  RowCopy work[2];
+  int n = 0;
+  for (int i = 0; i < count; ++i)
+    if (tables[i].row_bytes > 0) work[n++] = tables[i];
+  if (num_pairs == 0 || n == 0) return;
+  for (int i = 0; i < n; ++i)
+    MODMOE_CHECK(work[i].src != nullptr && work[i].dst != nullptr && batched_row != nullptr)
+        << fn << ": src, dst and batched_row must not be null";
+  const int unit0 = copy_unit(work[0]);
+  if (n == 2 && copy_unit(work[1]) < unit0) {
+    launch_copy(&work[0], 1, unit0, batched_row, num_pairs, topk, gather, stream);
+    launch_copy(&work[1], 1, copy_unit(work[1]), batched_row, num_pairs, topk, gather, stream);
+    return;
+  }
+  launch_copy(work, n, unit0, batched_row, num_pairs, topk, gather, stream);
 }
 
 // counts = clamp(expert_num_tokens, 0, T) cut at max_rows in total, m_indptr = their exclusive
@@ -203,15 +260,24 @@ void batched_slots(const PermuteWorkspace& perm, int64_t T, int32_t* batched_row
 void batched_scatter_rows(const void* src, int64_t src_stride, void* dst, int64_t dst_stride,
                           int64_t row_bytes, const int32_t* batched_row, int64_t num_pairs,
                           int64_t topk, cudaStream_t stream) {
-  copy_rows("cuda::batched_scatter_rows", src, src_stride, dst, dst_stride, row_bytes, batched_row,
-            num_pairs, topk, /*gather=*/false, stream);
+  const RowCopy table{src, src_stride, dst, dst_stride, row_bytes};
+  copy_rows("cuda::batched_scatter_rows", &table, 1, batched_row, num_pairs, topk,
+            /*gather=*/false, stream);
 }
 
 void batched_gather_rows(const void* src, int64_t src_stride, void* dst, int64_t dst_stride,
                          int64_t row_bytes, const int32_t* batched_row, int64_t num_pairs,
                          cudaStream_t stream) {
-  copy_rows("cuda::batched_gather_rows", src, src_stride, dst, dst_stride, row_bytes, batched_row,
-            num_pairs, /*topk=*/1, /*gather=*/true, stream);
+  const RowCopy table{src, src_stride, dst, dst_stride, row_bytes};
+  copy_rows("cuda::batched_gather_rows", &table, 1, batched_row, num_pairs, /*topk=*/1,
+            /*gather=*/true, stream);
+}
+
+void batched_gather_rows(const RowCopy& a, const RowCopy& b, const int32_t* batched_row,
+                         int64_t num_pairs, cudaStream_t stream) {
+  const RowCopy tables[2] = {a, b};
+  copy_rows("cuda::batched_gather_rows", tables, 2, batched_row, num_pairs, /*topk=*/1,
+            /*gather=*/true, stream);
 }
 
 void batched_pack_indices(const int32_t* expert_num_tokens, int64_t E_local, int64_t T,

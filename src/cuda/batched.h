@@ -31,6 +31,19 @@ void batched_gather_rows(const void* src, int64_t src_stride, void* dst, int64_t
                          int64_t row_bytes, const int32_t* batched_row, int64_t num_pairs,
                          cudaStream_t stream);
 
+// One gather's source and destination (strides in bytes).
+struct RowCopy {
+  const void* src;
+  int64_t src_stride;
+  void* dst;
+  int64_t dst_stride;
+  int64_t row_bytes;
+};
+// Two gathers by the same batched_row (rows and their scale rows): one launch where a copy unit
+// fits both, else two. A launch less per forward costs ~2-3 us at decode sizes (perf.md).
+void batched_gather_rows(const RowCopy& a, const RowCopy& b, const int32_t* batched_row,
+                         int64_t num_pairs, cudaStream_t stream);
+
 // The valid rows of a batched tensor, packed (so the experts run one standard grouped GEMM
 // over them and quantize them with one device row bound):
 //   counts[e]             = clamp(expert_num_tokens[e], 0, T), further cut so that the total

@@ -346,8 +346,8 @@ TEST(CudaReduce, ContiguousMatchesCpu) {
     // Rows of non-local pairs are NaN: a reduce that reads one produces NaN.
     for (int64_t p = 0; p < c.M * c.topk; ++p)
       if (r.local(p) < 0) fill_nan(fused.tensor().reshape({c.M * c.topk, c.K}).slice(p, p + 1));
-    expect_reduce_matches_cpu(s, cpu::TopKWeightAndReduceContiguous(), cuda::TopKWeightAndReduceContiguous(), c, r,
-                              fused);
+    expect_reduce_matches_cpu(s, cpu::TopKWeightAndReduceContiguous(),
+                              cuda::TopKWeightAndReduceContiguous(), c, r, fused);
   }
 }
 
@@ -367,8 +367,8 @@ TEST(CudaReduce, NaiveBatchedMatchesCpuAndSkipsRowsPastCounts) {
       fill_normal(fused.tensor().select(e).slice(count[e], count[e] + 1), rng);
       ++count[e];
     }
-    expect_reduce_matches_cpu(s, cpu::TopKWeightAndReduceNaiveBatched(), cuda::TopKWeightAndReduceNaiveBatched(), c, r,
-                              fused);
+    expect_reduce_matches_cpu(s, cpu::TopKWeightAndReduceNaiveBatched(),
+                              cuda::TopKWeightAndReduceNaiveBatched(), c, r, fused);
   }
 }
 
@@ -575,6 +575,65 @@ TEST(CudaBatched, SlotsScatterAndGatherFollowTokenOrder) {
     for (int64_t e = 0; e < c.E_local; ++e)
       for (int64_t i = want_counts[e]; i < T; ++i)
         ASSERT_EQ(bb[(e * T + i) * row_bytes], 0xff) << "expert " << e << " row " << i;
+  }
+}
+
+// Rows and their scale rows gathered by the same indices (Sm90Experts' permute): one launch
+// when a copy unit fits both tables (2048-byte rows, 64-byte scale rows: 16 bytes), two when
+// the second table is narrower (2880 and 92 bytes: gpt-oss's fp8 rows and scales). Pairs with
+// index -1 get zeros in both; nothing past P rows is written.
+TEST(CudaBatched, GatherOfTwoTablesCopiesBoth) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession s;
+  struct Case {
+    int64_t row_bytes, scale_bytes;
+  };
+  for (const Case& c : {Case{2048, 64}, Case{2880, 92}, Case{256, 0}}) {
+    SCOPED_TRACE(std::to_string(c.row_bytes) + " + " + std::to_string(c.scale_bytes) + " bytes");
+    const int64_t tokens = 37, P = 150;
+    std::mt19937 rng(static_cast<unsigned>(c.row_bytes + c.scale_bytes));
+    std::uniform_int_distribution<int32_t> token(-1, tokens - 1);  // -1: zeros
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::vector<int32_t> index(P);
+    for (auto& i : index) i = token(rng);
+    std::vector<uint8_t> rows(tokens * c.row_bytes), scales(tokens * c.scale_bytes);
+    for (auto& b : rows) b = static_cast<uint8_t>(byte(rng));
+    for (auto& b : scales) b = static_cast<uint8_t>(byte(rng));
+    OwnedTensor h_index = host_tensor(DType::int32, {P});
+    std::memcpy(h_index.data_ptr<int32_t>(), index.data(), P * 4);
+    auto bytes_tensor = [&](const std::vector<uint8_t>& v) {
+      OwnedTensor t = host_tensor(DType::uint8, {static_cast<int64_t>(v.size()) + 1});
+      std::memcpy(t.tensor().data(), v.data(), v.size());
+      return s.to_device(t);
+    };
+    const OwnedTensor d_index = s.to_device(h_index), d_rows = bytes_tensor(rows),
+                      d_scales = bytes_tensor(scales);
+    // One spare row each: it must keep its poison.
+    const OwnedTensor d_out_rows = s.empty(DType::uint8, {(P + 1) * c.row_bytes}),
+                      d_out_scales = s.empty(DType::uint8, {(P + 1) * c.scale_bytes + 1});
+    poison_device(s, d_out_rows);
+    poison_device(s, d_out_scales);
+    cuda::batched_gather_rows(
+        cuda::RowCopy{d_rows.tensor().data(), c.row_bytes, d_out_rows.tensor().data(), c.row_bytes,
+                      c.row_bytes},
+        cuda::RowCopy{d_scales.tensor().data(), c.scale_bytes, d_out_scales.tensor().data(),
+                      c.scale_bytes, c.scale_bytes},
+        d_index.data_ptr<int32_t>(), P, s.stream());
+    const OwnedTensor out_rows = s.to_host(d_out_rows), out_scales = s.to_host(d_out_scales);
+    const auto* orow = static_cast<const uint8_t*>(out_rows.tensor().data());
+    const auto* oscale = static_cast<const uint8_t*>(out_scales.tensor().data());
+    for (int64_t p = 0; p < P; ++p) {
+      for (int64_t b = 0; b < c.row_bytes; ++b) {
+        const uint8_t want = index[p] < 0 ? 0 : rows[index[p] * c.row_bytes + b];
+        ASSERT_EQ(orow[p * c.row_bytes + b], want) << "row of pair " << p << ", byte " << b;
+      }
+      for (int64_t b = 0; b < c.scale_bytes; ++b) {
+        const uint8_t want = index[p] < 0 ? 0 : scales[index[p] * c.scale_bytes + b];
+        ASSERT_EQ(oscale[p * c.scale_bytes + b], want) << "scales of pair " << p << ", byte " << b;
+      }
+    }
+    for (int64_t b = 0; b < c.row_bytes; ++b) ASSERT_EQ(orow[P * c.row_bytes + b], 0xff) << b;
+    for (int64_t b = 0; b <= c.scale_bytes; ++b) ASSERT_EQ(oscale[P * c.scale_bytes + b], 0xff);
   }
 }
 

@@ -159,7 +159,8 @@ std::string sm90_experts_unsupported(const MoEConfig& c) {
     // GEMM1 writes the fp8 intermediate from 256-wide tiles (one 128-column quantization group
     // per tile row); both, 64x256 and 128x256, read one weight scale per 64 gate or up rows,
     // each part of which must lie in one 128-row weight-scale block of w13: N % 64 == 0
-    // (sm90_gemm.cu, fp8_block_misfit). K and N need not be multiples of 128 (partial last scale groups).
+    // (sm90_gemm.cu, fp8_block_misfit). K and N need not be multiples of 128 (partial last scale
+    // groups).
     why << "fp8_block with a " << gated_layout_name(c.gated_layout)
         << " w13 needs N to be a multiple of 64 (one weight-scale block per gate or up half of "
            "a 64x256 tile), got K = "
@@ -253,12 +254,15 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
     TraceRange range(ctx, "permute");
     permute(p, l.perm, stream);
     const int64_t row_bytes = K * static_cast<int64_t>(dtype_size(operand_dtype(c)));
-    batched_gather_rows(a.hidden_states.data(), row_bytes, l.a, row_bytes, row_bytes,
-                        l.perm.sorted_token, P, stream);
+    const RowCopy rows{a.hidden_states.data(), row_bytes, l.a, row_bytes, row_bytes};
     if (is_fp8(c)) {
+      // The rows and their scale rows in one launch (where a copy unit fits both).
       const int64_t scale_bytes = scale_count(1, K) * 4;
-      batched_gather_rows(a.a1q_scale.data(), scale_bytes, l.a_scale, scale_bytes, scale_bytes,
-                          l.perm.sorted_token, P, stream);
+      const RowCopy scales{a.a1q_scale.data(), scale_bytes, l.a_scale, scale_bytes, scale_bytes};
+      batched_gather_rows(rows, scales, l.perm.sorted_token, P, stream);
+    } else {
+      batched_gather_rows(rows.src, row_bytes, rows.dst, row_bytes, row_bytes, l.perm.sorted_token,
+                          P, stream);
     }
   }
 
