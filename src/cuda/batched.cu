@@ -163,6 +163,7 @@ void launch_copy(const RowCopy* tables, int count, int unit, const int32_t* batc
 // of its 2880-byte rows to 4-byte units).
 void copy_rows(const char* fn, const RowCopy* tables, int count, const int32_t* batched_row,
                int64_t num_pairs, int64_t topk, bool gather, cudaStream_t stream) {
+  MODMOE_CHECK(count == 1 || count == 2) << fn << ": one or two tables, got " << count;
   for (int i = 0; i < count; ++i) check_row_copy(fn, tables[i]);
   MODMOE_CHECK(num_pairs >= 0 && topk >= 1)
       << fn << ": need num_pairs >= 0 and topk >= 1, got " << num_pairs << ", " << topk;

@@ -824,7 +824,8 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
   }
   const float scale_lo = fp8_scale_for_amax(__uint_as_float(amax_lo));
   const float scale_hi = fp8_scale_for_amax(__uint_as_float(amax_hi));
-  const Fp8Reciprocal inverse_lo = fp8_reciprocal(scale_lo), inverse_hi = fp8_reciprocal(scale_hi);
+  const Fp8Reciprocal reciprocal_lo = fp8_reciprocal(scale_lo);
+  const Fp8Reciprocal reciprocal_hi = fp8_reciprocal(scale_hi);
   // ceil: with N_out % 128 != 0 the last group is partial; its columns past N_out hold
   // act(0) * 0 = 0 (TMA zero-fills B rows past N), so they do not move the amax.
   const int32_t scale_cols = (p.N_out + 127) / 128;
@@ -842,7 +843,7 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
       const int i = 4 * g + 2 * h;
       if (row < t.row_end && col < p.N_out) {
         const uint32_t codes = e4m3_pair(acc[0][i], acc[0][i + 1], h ? scale_hi : scale_lo,
-                                         h ? inverse_hi : inverse_lo);
+                                         h ? reciprocal_hi : reciprocal_lo);
         *reinterpret_cast<uint16_t*>(d8 + row * p.ldd + col) = static_cast<uint16_t>(codes);
       }
     }
