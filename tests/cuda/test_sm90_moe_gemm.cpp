@@ -265,8 +265,10 @@ TEST_P(Sm90MoeGemmTiles, EveryTileAndSchedulerMatchesTheCpu) {
   MODMOE_REQUIRE_SM90(gpu);
   const DType dtype = GetParam().dtype;
   const Mode mode = GetParam().mode;
-  // Empty experts, 1 row, one short of / one past 128 rows, one spanning several row tiles.
-  const GemmShape shape{512, 512, 690, indptr_from_counts({0, 1, 127, 128, 129, 300, 0, 5}), dtype};
+  // Empty experts, 1 row, 64 / 65 rows and one past 128 / 192 (a 128-row tile's second consumer
+  // with no rows or one), one short of / exactly 128 rows, one spanning several row tiles.
+  const GemmShape shape{
+      512, 512, 1012, indptr_from_counts({0, 1, 64, 65, 127, 128, 129, 193, 300, 0, 5}), dtype};
   const MoeGemmOptions base = options_for(mode);
   const int64_t N_out = base.gated ? shape.N_b / 2 : shape.N_b;
   const HostInputs in =
