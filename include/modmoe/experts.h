@@ -24,7 +24,7 @@ struct WorkspaceShapes {
 struct ApplyArgs {
   Tensor output;         // workspace_shapes().output, written by apply
   Tensor hidden_states;  // a1q: (M, K) or (E_local, max_tokens, K)
-  Tensor a1q_scale;      // undefined when not quantized
+  Tensor a1q_scale;      // undefined when not quantized (or left to the experts: in_dtype rows)
   const ExpertWeights* weights = nullptr;
   Tensor topk_weights;  // fp32 (M, topk)
   Tensor topk_ids;      // (M, topk), global ids
@@ -58,6 +58,14 @@ class Experts {
   // True when apply() never reads workspace13 after it starts writing `output`, so the kernel
   // may place the fused output inside workspace13 (vLLM reuses workspace13 the same way).
   virtual bool workspace13_reusable_for_output() const { return false; }
+  // True when apply() quantizes the activations itself (e.g. inside the gather that groups the
+  // rows by expert: each token is then read once and written topk times already quantized, and
+  // no quantize kernel runs before the experts). A prepare whose dispatch does not need the
+  // quantized rows (no all-to-all: NoEPPrepareAndFinalize) then hands over the unquantized
+  // hidden states (a1q in in_dtype, a1q_scale undefined; PrepareArgs::defer_input_quantization).
+  // Such an apply() must still accept quantized activations, from prepares that quantize
+  // anyway (vLLM: expects_unquantized_inputs).
+  virtual bool expects_unquantized_input() const { return false; }
   virtual void apply(const Context& ctx, const ApplyArgs& args) = 0;
 
  private:

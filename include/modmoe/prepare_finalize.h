@@ -22,11 +22,16 @@ struct PrepareArgs {
   Tensor expert_map;            // int32 (E), or undefined
   bool apply_router_weight_on_input = false;
   const ExpertWeights* weights = nullptr;  // for static activation scales (a13_scale)
+  // The experts quantize the activations themselves (Experts::expects_unquantized_input): a
+  // prepare that needs no quantized rows for its own dispatch should return a1 as it is (a1q
+  // in in_dtype, a1q_scale undefined). A prepare may still quantize (e.g. to send fewer bytes).
+  bool defer_input_quantization = false;
 };
 
 struct PrepareResult {
   Tensor a1q;        // Standard: (M, K); Batched: (E_local, max_tokens, K)
   Tensor a1q_scale;  // act_scale_shape of a1q's rows, or undefined when not quantized
+                     // (no scheme, or the quantization deferred to the experts)
   std::optional<ExpertTokensMetadata> expert_tokens_meta;  // set by batched formats
   Tensor topk_ids;      // the ids/weights the experts see (a dispatch may replace them)
   Tensor topk_weights;

@@ -120,6 +120,7 @@ void ModularKernel::forward(const Context& ctx, const ForwardArgs& args) const {
   pargs.expert_map = args.expert_map;
   pargs.apply_router_weight_on_input = args.apply_router_weight_on_input;
   pargs.weights = &args.weights;
+  pargs.defer_input_quantization = c.quant.quantized() && experts_->expects_unquantized_input();
   PrepareResult prep;
   if (prepare_finalize_->has_prepare_no_receive()) {
     PrepareReceiver receive;

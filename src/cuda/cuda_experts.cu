@@ -196,16 +196,24 @@ struct StandardLayout {
   PermuteWorkspace perm;
   MlpBuffers mlp;
   float* y = nullptr;  // (P, K) fp32
+  uint8_t* xq = nullptr;       // (M, K) e4m3: unquantized input rows, quantized for the grouped
+  float* xq_scale = nullptr;   // path; (M, ceil(K/128)) group scales
   size_t ws13_bytes = 0, ws2_bytes = 0;
 };
 
-StandardLayout standard_layout(const MoEConfig& c, const MlpPlan& plan, int64_t M, void* ws13,
-                               void* ws2) {
+// `quantizes_input`: the experts may get unquantized fp8-block rows (expects_unquantized_input).
+StandardLayout standard_layout(const MoEConfig& c, const MlpPlan& plan, int64_t M,
+                               bool quantizes_input, void* ws13, void* ws2) {
   const int64_t pairs = M * c.topk;
   StandardLayout l;
   ByteCarver c2(ws2), c13(ws13), c_y(ws13);
   l.perm = PermuteWorkspace::carve(c2, pairs, c.num_local_experts);
   l.mlp = carve_mlp(c, plan, pairs, c13, c2);
+  if (quantizes_input) {
+    l.xq = c2.take<uint8_t>(M * c.hidden_size);
+    l.xq_scale = c2.take<float>(
+        shape_numel(act_scale_shape(QuantScheme::fp8_block, M, c.hidden_size)));
+  }
   l.y = c_y.take<float>(pairs * c.hidden_size);  // aliases h/act: written after they are dead
   l.ws13_bytes = std::max(c13.size(), c_y.size());
   l.ws2_bytes = c2.size();
@@ -273,11 +281,17 @@ int64_t CudaExperts::max_decode_tokens() const {
 
 bool CudaExperts::runs_decode(int64_t M) const { return M <= max_decode_tokens(); }
 
+bool CudaExperts::expects_unquantized_input() const {
+  const QuantConfig& q = config().quant;
+  return q.scheme == QuantScheme::fp8_block && !q.static_act_scale && max_decode_tokens() > 0 &&
+         (config().in_dtype == DType::bf16 || config().in_dtype == DType::fp16);
+}
+
 WorkspaceShapes CudaExperts::workspace_shapes(int64_t M, int64_t, int64_t K, int64_t, int64_t,
                                               int64_t, const ExpertTokensMetadata*) const {
   const MoEConfig& c = config();
-  const StandardLayout l =
-      standard_layout(c, make_plan(c, fuse_gated_activation_), M, nullptr, nullptr);
+  const StandardLayout l = standard_layout(c, make_plan(c, fuse_gated_activation_), M,
+                                           expects_unquantized_input(), nullptr, nullptr);
   // The decode path's h (M * topk, N) fp32 aliases workspace13's start (one path runs).
   const size_t decode_bytes = decode_mlp_workspace_bytes(c, std::min(M, max_decode_tokens()));
   return byte_workspaces(std::max(l.ws13_bytes, decode_bytes), l.ws2_bytes, {M, K}, c.in_dtype);
@@ -288,6 +302,7 @@ DecodeMlpArgs decode_args(const MoEConfig& c, const ApplyArgs& a, int64_t M, voi
   DecodeMlpArgs d;
   d.x = a.hidden_states.data();
   d.x_scale = a.a1q_scale.defined() ? a.a1q_scale.data_ptr<float>() : nullptr;
+  d.x_dtype = a.hidden_states.dtype();
   d.M = M;
   d.K = c.hidden_size;
   d.N = c.intermediate_size;
@@ -321,8 +336,10 @@ TopKWeightAndReducePtr CudaExperts::finalize_weight_and_reduce_impl() const {
 void CudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   static constexpr const char* kFn = "CudaExperts::apply";
   const MoEConfig& c = config();
-  const int64_t M = check_standard_apply(kFn, ctx, c, a), topk = c.topk;
+  const bool quantizes_input = expects_unquantized_input();
+  const int64_t M = check_standard_apply(kFn, ctx, c, a, quantizes_input), topk = c.topk;
   if (M == 0) return;
+  const bool unquantized = c.quant.quantized() && a.hidden_states.dtype() == c.in_dtype;
 
   // The device first: CUB's scratch size (queried while carving) is the current device's.
   DeviceGuard guard(ctx.device.index);
@@ -343,10 +360,21 @@ void CudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
   }
 
   const MlpPlan plan = make_plan(c, fuse_gated_activation_);
-  const StandardLayout need = standard_layout(c, plan, M, nullptr, nullptr);
+  const StandardLayout need = standard_layout(c, plan, M, quantizes_input, nullptr, nullptr);
   check_workspace(kFn, "workspace13", a.workspace13, need.ws13_bytes, ctx.device);
   check_workspace(kFn, "workspace2", a.workspace2, need.ws2_bytes, ctx.device);
-  const StandardLayout l = standard_layout(c, plan, M, a.workspace13.data(), a.workspace2.data());
+  const StandardLayout l = standard_layout(c, plan, M, quantizes_input, a.workspace13.data(),
+                                           a.workspace2.data());
+  // Unquantized fp8-block rows (the prepare left them to us): quantized here, as it would have.
+  const void* x = a.hidden_states.data();
+  const void* x_scale = a.a1q_scale.defined() ? a.a1q_scale.data() : nullptr;
+  if (unquantized) {
+    TraceRange range(ctx, "quantize");
+    quantize_rows(x, c.in_dtype, c.hidden_size, M, /*num_rows=*/nullptr, c.hidden_size,
+                  QuantScheme::fp8_block, /*static_scale=*/false, l.xq, l.xq_scale, stream);
+    x = l.xq;
+    x_scale = l.xq_scale;
+  }
 
   // 1. Permute: rows grouped by local expert, token order within an expert.
   const PermuteArgs p = standard_permute_args(c, a, M);
@@ -356,9 +384,9 @@ void CudaExperts::apply(const Context& ctx, const ApplyArgs& a) {
 
   // 2. GEMM1 (gathering the token rows) -> activation -> [quantize].
   Gemm1Input in;
-  in.a = a.hidden_states.data();
+  in.a = x;
   in.a_row_index = l.perm.sorted_token;
-  in.a_scale = a.a1q_scale.defined() ? a.a1q_scale.data() : nullptr;
+  in.a_scale = x_scale;
   in.m_indptr = l.perm.m_indptr;
   in.max_rows = M * topk;
   const void* a2_scale = run_gemm1_and_activation(ctx, c, plan, *a.weights, in, l.mlp, stream);

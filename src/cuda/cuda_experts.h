@@ -54,6 +54,11 @@ class CudaExperts final : public Experts {
                                    int64_t global_num_experts, int64_t local_num_experts,
                                    const ExpertTokensMetadata* meta) const override;
   TopKWeightAndReducePtr finalize_weight_and_reduce_impl() const override;
+  // Dynamic fp8-block with a decode path: the decode path's gate_up quantizes the token rows
+  // itself (no quantize kernel in front of it, one graph node fewer at M = 1); the grouped path
+  // quantizes them into workspace2 first. Quantized rows (a prepare that quantized anyway)
+  // still work.
+  bool expects_unquantized_input() const override;
   void apply(const Context& ctx, const ApplyArgs& args) override;
 
   // Whether an apply of M tokens takes the decode path.

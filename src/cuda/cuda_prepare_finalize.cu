@@ -124,7 +124,11 @@ PrepareResult NoEPPrepareAndFinalize::prepare(const Context& ctx, const PrepareA
   DeviceGuard guard(ctx.device.index);
   PrepareResult r;
   const Tensor a = maybe_weighted_input(ctx, args, r.storage);
-  std::tie(r.a1q, r.a1q_scale) = quantize_input(ctx, a, config(), args.weights, r.storage);
+  // No dispatch here needs quantized rows: experts that quantize themselves get them as they are.
+  if (args.defer_input_quantization)
+    r.a1q = a;
+  else
+    std::tie(r.a1q, r.a1q_scale) = quantize_input(ctx, a, config(), args.weights, r.storage);
   r.topk_ids = args.topk_ids;
   r.topk_weights = args.topk_weights;
   return r;

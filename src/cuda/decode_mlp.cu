@@ -261,9 +261,13 @@ __host__ __device__ inline DownShared down_shared(int64_t topk, int64_t N, size_
 // grid (M * topk, N / 8), kGateUpWarps warps. Tile row g is the gate row of feature n0 + g, row
 // g + 8 its up row; units are the stages along K. N % 16 == 0: every tile is whole, and its gate
 // rows (and its up rows) lie in one 128-row scale block.
-template <typename W>
+// X: the token rows' element type: W, or with fp8 weights (W = uint8_t) 16-bit rows that the
+// CTA quantizes (kQuantizeX).
+template <typename W, typename X>
 __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
+  constexpr bool kQuantizeX = kFp8 && !std::is_same_v<X, uint8_t>;
+  static_assert(kFp8 || std::is_same_v<W, X>, "16-bit weights take tokens of their own dtype");
   using S = OperandOf<W>;
   using Sp = Span<W>;
   allow_dependent_launch();
@@ -295,6 +299,57 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
   };
   auto next = [](int& u) { u += kGateUpWarps; };
   auto prologue = [&] {
+    if constexpr (kQuantizeX) {
+      // 8 values per thread and pass, so a group of 128 is 16 neighbouring lanes (as in
+      // quantize_rows); the loads of kFillLoads passes are issued before any is used (one round
+      // trip for K <= 4096 * kFillLoads / 4, not one per pass). Amax, scale and e4m3 codes
+      // exactly as quantize_rows computes them; the codes as fp16 (zero past K: the loads give
+      // zeros there), the scale into the group's factors x_scale * w13_scale.
+      constexpr int kPass = kGateUpWarps * 32 * 8;
+      const X* x_row = static_cast<const X*>(a.x) + t * K;
+      const int64_t k_pad = int64_t{units} * Sp::kStage;  // whole groups of 128
+      const int64_t blocks = ceil_div(2 * N, kGroup);
+      const float* ws = a.w13_scale + int64_t{e} * blocks * k_groups;
+      const int64_t gate_block = gate_column(a.gated_layout, n0, N) / kGroup,
+                    up_block = up_column(a.gated_layout, n0, N) / kGroup;
+      for (int64_t base = 0; base < k_pad; base += int64_t{kPass} * kFillLoads) {
+        uint4 raw[kFillLoads];
+#pragma unroll
+        for (int i = 0; i < kFillLoads; ++i) {
+          const int64_t k = base + i * kPass + threadIdx.x * 8;  // K % 16 == 0: whole chunks
+          raw[i] = k < K ? *reinterpret_cast<const uint4*>(x_row + k) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int i = 0; i < kFillLoads; ++i) {
+          if (base + i * kPass >= k_pad) break;  // block-uniform
+          const int64_t k = base + i * kPass + threadIdx.x * 8;
+          const X* x8 = reinterpret_cast<const X*>(&raw[i]);
+          float v[8];
+          uint32_t amax = 0;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) v[j] = to_float(x8[j]), amax = max(amax, abs_bits(v[j]));
+#pragma unroll
+          for (int offset = 8; offset > 0; offset /= 2)
+            amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+          if (k >= k_pad) continue;
+          const float scale = fp8_scale_for_amax(__uint_as_float(amax));
+          const Fp8Reciprocal r = fp8_reciprocal(scale);
+          uint32_t half2s[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            half2s[j] = e4m3x2_to_half2(e4m3_pair(v[2 * j], v[2 * j + 1], scale, r));
+          *reinterpret_cast<uint4*>(x_s + k) =
+              make_uint4(half2s[0], half2s[1], half2s[2], half2s[3]);
+          if (threadIdx.x % 16 == 0) {
+            const int64_t grp = k / kGroup;
+            gate_scale_s[grp] = scale * ws[gate_block * k_groups + grp];
+            up_scale_s[grp] = scale * ws[up_block * k_groups + grp];
+          }
+        }
+      }
+      __syncthreads();
+      return;
+    }
     // The token row as 16-bit values (fp8: the e4m3 values as fp16), zero past K; fp8: the
     // per-group factors x_scale * w13_scale of the tile's gate and up blocks.
     const W* x_row = static_cast<const W*>(a.x) + t * K;
@@ -658,6 +713,18 @@ void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
   MODMOE_CHECK(a.N / 8 <= 65535 && a.K / 16 <= 65535)
       << "decode_mlp: N must be <= " << 65535 * 8 << " and K <= " << 65535 * 16
       << " (grid.y), got K = " << a.K << ", N = " << a.N;
+  if (a.w_dtype == DType::fp8_e4m3) {
+    const bool codes = a.x_dtype == DType::fp8_e4m3;
+    MODMOE_CHECK((codes || a.x_dtype == DType::bf16 || a.x_dtype == DType::fp16) &&
+                 codes == (a.x_scale != nullptr))
+        << "decode_mlp: with fp8 weights x must be e4m3 codes with x_scale, or bf16/fp16 rows "
+           "without (gate_up quantizes them), got "
+        << dtype_name(a.x_dtype) << (a.x_scale ? " with" : " without") << " x_scale";
+  } else {
+    MODMOE_CHECK(a.x_dtype == a.w_dtype)
+        << "decode_mlp: x must have the weights' dtype " << dtype_name(a.w_dtype) << ", got "
+        << dtype_name(a.x_dtype);
+  }
   const SharedLimits limits = device_limits();
   const DecodeShapes shapes = decode_shapes(a.M, a.K, a.N, a.topk, dtype_size(a.w_dtype), limits);
   MODMOE_CHECK(shapes.fits()) << "decode_mlp: K = " << a.K << ", N = " << a.N
@@ -670,8 +737,25 @@ void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
   const bool programmatic = programmatic_launch_available();
   dispatch_weight(a.w_dtype, [&](auto w_tag) {
     using W = typename decltype(w_tag)::type;
-    launch(decode_gate_up_kernel<W>, gate_up_grid, kGateUpWarps, shapes.gate_up_bytes, a, false,
-           stream);
+    auto launch_gate_up = [&](auto kernel) {
+      launch(kernel, gate_up_grid, kGateUpWarps, shapes.gate_up_bytes, a, false, stream);
+    };
+    if constexpr (std::is_same_v<W, uint8_t>) {
+      if (a.x_dtype == DType::fp8_e4m3) {
+        launch_gate_up(decode_gate_up_kernel<W, W>);
+      } else {
+        dispatch_float_io(a.x_dtype, "decode_mlp x", [&](auto x_tag) {
+          using X = typename decltype(x_tag)::type;
+          if constexpr (std::is_same_v<X, float>) {
+            MODMOE_FAIL() << "decode_mlp: unreachable (fp32 x refused above)";
+          } else {
+            launch_gate_up(decode_gate_up_kernel<W, X>);
+          }
+        });
+      }
+    } else {
+      launch_gate_up(decode_gate_up_kernel<W, W>);
+    }
     auto launch_down = [&](auto kernel) {
       launch(kernel, down_grid, shapes.down_warps, shapes.down_bytes, a, programmatic, stream);
     };

@@ -7,7 +7,8 @@
 // weight-streaming kernels, each CTA one 16-row tile on the tensor cores (decode_mlp.cu):
 //
 //   gate_up:  grid (pairs, N / 8). A CTA stages its pair's token row in shared memory (16-bit;
-//             fp8 as exact fp16) and streams the gate and up rows of 8 features of the pair's
+//             fp8 as exact fp16, quantized there first if it came unquantized) and streams
+//             the gate and up rows of 8 features of the pair's
 //             expert, its warps splitting K; it writes h[pair, n] = act(gate) * up in fp32.
 //   down:     grid (tokens, K / 16). A CTA takes its token's topk pairs: their h rows go to
 //             shared memory, rounded to the input dtype or, for fp8, quantized with group-128
@@ -44,10 +45,13 @@
 namespace modmoe::cuda {
 
 struct DecodeMlpArgs {
-  // Tokens: x (M, K) in the weights' dtype (bf16/fp16), or e4m3 codes with x_scale
-  // (M, ceil(K / 128)) fp32 when fp8.
+  // Tokens: x (M, K) of x_dtype: the weights' dtype (bf16/fp16); with fp8 weights either e4m3
+  // codes with x_scale (M, ceil(K / 128)) fp32, or bf16/fp16 with no x_scale, which gate_up
+  // quantizes itself (group-128 scales, the bits quantize_rows writes): no quantize kernel
+  // before it.
   const void* x = nullptr;
   const float* x_scale = nullptr;
+  DType x_dtype = DType::bf16;
   int64_t M = 0, K = 0, N = 0, topk = 0;
   // Routing: pair p = t * topk + j goes to local expert expert_map[topk_ids[p]] (or the id);
   // pairs of no local expert are skipped. topk_weights null: every weight is 1.

@@ -25,16 +25,27 @@ void check_workspace(const char* fn, const char* arg, const Tensor& ws, size_t b
 // Input checks shared by both experts; `a1q_rows` is the row shape of the activations
 // ((M) standard, (E_local, T) batched).
 void check_apply_inputs(const char* fn, const Context& ctx, const MoEConfig& c, const ApplyArgs& a,
-                        const Shape& a1q_rows) {
+                        const Shape& a1q_rows, bool may_be_unquantized) {
   check_context_device(fn, ctx, DeviceType::cuda);
   MODMOE_CHECK(a.weights != nullptr) << fn << ": weights must not be null";
   check_expert_weights(fn, *a.weights, c, ctx.device);
+  // Unquantized rows of a quantized scheme: the experts quantize them (a prepare deferred it).
+  const bool unquantized = c.quant.quantized() && may_be_unquantized &&
+                           a.hidden_states.defined() && a.hidden_states.dtype() == c.in_dtype;
   const DType in = c.quant.quantized() ? DType::fp8_e4m3 : c.in_dtype;
   Shape shape = a1q_rows;
   shape.push_back(c.hidden_size);
-  check_tensor(fn, "hidden_states", a.hidden_states, {in}, shape,
-               a1q_rows.size() == 1 ? "(M, K)" : "(E_local, max_tokens, K)", ctx.device);
-  if (c.quant.quantized()) {
+  const char* names = a1q_rows.size() == 1 ? "(M, K)" : "(E_local, max_tokens, K)";
+  if (c.quant.quantized() && may_be_unquantized)
+    check_tensor(fn, "hidden_states", a.hidden_states, {in, c.in_dtype}, shape, names, ctx.device);
+  else
+    check_tensor(fn, "hidden_states", a.hidden_states, {in}, shape, names, ctx.device);
+  if (unquantized) {
+    MODMOE_CHECK(!a.a1q_scale.defined())
+        << fn << ": hidden_states in " << dtype_name(c.in_dtype)
+        << " are quantized by the experts, so a1q_scale must be undefined, got "
+        << a.a1q_scale.describe();
+  } else if (c.quant.quantized()) {
     const QuantScheme scheme = c.quant.scheme;
     if (c.quant.static_act_scale || scheme == QuantScheme::fp8_tensor) {
       check_scale(fn, "a1q_scale", a.a1q_scale, scheme, {1}, ctx.device);
@@ -68,11 +79,11 @@ int64_t global_experts(const MoEConfig& c, const ApplyArgs& a) {
 }  // namespace
 
 int64_t check_standard_apply(const char* fn, const Context& ctx, const MoEConfig& c,
-                             const ApplyArgs& a) {
+                             const ApplyArgs& a, bool may_be_unquantized) {
   MODMOE_CHECK(a.hidden_states.defined() && a.hidden_states.ndim() == 2)
       << fn << ": hidden_states must be 2-D (M, K), got " << a.hidden_states.describe();
   const int64_t M = a.hidden_states.size(0), K = c.hidden_size, topk = c.topk;
-  check_apply_inputs(fn, ctx, c, a, {M});
+  check_apply_inputs(fn, ctx, c, a, {M}, may_be_unquantized);
   check_tensor(fn, "output", a.output, {c.in_dtype}, {M, K}, "(M, K)", ctx.device);
   check_tensor(fn, "topk_ids", a.topk_ids, {DType::int32, DType::int64}, {M, topk}, "(M, topk)",
                ctx.device);

@@ -18,14 +18,15 @@ void check_workspace(const char* fn, const char* arg, const Tensor& ws, size_t b
                      Device device);
 
 // Inputs shared by the experts; `a1q_rows` is the row shape of the activations ((M) standard,
-// (E_local, T) batched).
+// (E_local, T) batched). `may_be_unquantized`: with a quantized scheme the activations may also
+// come in in_dtype with no a1q_scale (Experts::expects_unquantized_input).
 void check_apply_inputs(const char* fn, const Context& ctx, const MoEConfig& c, const ApplyArgs& a,
-                        const Shape& a1q_rows);
+                        const Shape& a1q_rows, bool may_be_unquantized = false);
 
 // The checks of a standard-format apply ((M, K) activations and output, topk ids and weights,
 // expert_map). Returns M.
 int64_t check_standard_apply(const char* fn, const Context& ctx, const MoEConfig& c,
-                             const ApplyArgs& a);
+                             const ApplyArgs& a, bool may_be_unquantized = false);
 
 // The batched experts' own settings: max_num_tokens > 0 and num_dispatchers >= 1.
 void check_batched_experts(const char* name, const MoEConfig& c, int num_dispatchers);

@@ -84,16 +84,19 @@ __device__ __forceinline__ uint32_t chunk_amax_bits(const float (&v)[kChunk]) {
   return amax;
 }
 
-// q[k0, k0 + 8) = e4m3(v / scale), stopping at K; one 8-byte store when `vectorized`.
-__device__ __forceinline__ void quantize_chunk(const float (&v)[kChunk], float scale,
-                                               uint8_t* q_row, int64_t k0, int64_t K,
-                                               bool vectorized) {
+// The codes of e4m3(v / scale), two per 16-bit half of `pairs` (little-endian).
+__device__ __forceinline__ void encode_chunk(const float (&v)[kChunk], float scale,
+                                             uint32_t (&pairs)[kChunk / 2]) {
   const Fp8Reciprocal r = fp8_reciprocal(scale);
-  uint32_t pairs[kChunk / 2];
 #pragma unroll
   for (int j = 0; j < kChunk / 2; ++j) {
     pairs[j] = e4m3_pair(v[2 * j], v[2 * j + 1], scale, r);
   }
+}
+
+// q_row[k0, k0 + 8) = the chunk's codes, stopping at K; one 8-byte store when `vectorized`.
+__device__ __forceinline__ void store_chunk(const uint32_t (&pairs)[kChunk / 2], uint8_t* q_row,
+                                            int64_t k0, int64_t K, bool vectorized) {
   if (vectorized) {
     *reinterpret_cast<uint2*>(q_row + k0) =
         make_uint2(pairs[0] | (pairs[1] << 16), pairs[2] | (pairs[3] << 16));
@@ -146,7 +149,16 @@ struct QuantizeParams {
   uint8_t* q;
   void* scale;  // per-row schemes: written
   bool vectorized;
+  // Scatter: source row r goes to rows dst_rows[r * fanout + j] (j < fanout; < 0: nowhere) of q
+  // and scale, quantized once. Null: row r goes to row r.
+  const int32_t* dst_rows;
+  int64_t fanout;
 };
+
+// The j-th destination row of source row `row` (-1: none).
+__device__ __forceinline__ int64_t destination(const QuantizeParams& p, int64_t row, int64_t j) {
+  return p.dst_rows == nullptr ? row : p.dst_rows[row * p.fanout + j];
+}
 
 // |x| max over the rows into *amax_bits (which the host zeroed first).
 template <typename T>
@@ -190,17 +202,25 @@ __device__ __forceinline__ void quantize_step(const QuantizeParams& p, int64_t r
     const float amax =
         __uint_as_float(lane_group_max(chunk_amax_bits(v), (1 << group_shift) / kChunk));
     const bool writes_scale = active && (k0 & ((1 << group_shift) - 1)) == 0;
-    const int64_t scale_index = row * groups_per_row + (k0 >> group_shift);
-    if (block) {
-      scale = fp8_scale_for_amax(amax);
-      if (writes_scale) static_cast<float*>(p.scale)[scale_index] = scale;
-    } else {
-      const uint8_t code = mx_scale_code_for_amax(amax);
-      scale = e8m0_value(code);
-      if (writes_scale) static_cast<uint8_t*>(p.scale)[scale_index] = code;
+    const int64_t group = k0 >> group_shift;
+    const uint8_t code = block ? 0 : mx_scale_code_for_amax(amax);
+    scale = block ? fp8_scale_for_amax(amax) : e8m0_value(code);
+    for (int64_t j = 0; writes_scale && j < p.fanout; ++j) {
+      const int64_t dst = destination(p, row, j);
+      if (dst < 0) continue;
+      if (block)
+        static_cast<float*>(p.scale)[dst * groups_per_row + group] = scale;
+      else
+        static_cast<uint8_t*>(p.scale)[dst * groups_per_row + group] = code;
     }
   }
-  if (active) quantize_chunk(v, scale, p.q + row * p.K, k0, p.K, p.vectorized);
+  if (!active) return;
+  uint32_t pairs[kChunk / 2];
+  encode_chunk(v, scale, pairs);
+  for (int64_t j = 0; j < p.fanout; ++j) {
+    const int64_t dst = destination(p, row, j);
+    if (dst >= 0) store_chunk(pairs, p.q + dst * p.K, k0, p.K, p.vectorized);
+  }
 }
 
 template <typename T>
@@ -221,11 +241,19 @@ __global__ void __launch_bounds__(kMaxThreads) quantize_rows_kernel(QuantizePara
         amax = max(amax, chunk_amax_bits(v));
       }
       const float row_scale = fp8_scale_for_amax(__uint_as_float(block_max(amax, scratch)));
-      if (threadIdx.x == 0) static_cast<float*>(p.scale)[row] = row_scale;
+      for (int64_t j = 0; threadIdx.x == 0 && j < p.fanout; ++j) {
+        const int64_t dst = destination(p, row, j);
+        if (dst >= 0) static_cast<float*>(p.scale)[dst] = row_scale;
+      }
       for (int64_t k0 = int64_t{threadIdx.x} * kChunk; k0 < K; k0 += step) {
         float v[kChunk];
         load_chunk(x, k0, K, p.vectorized, v);
-        quantize_chunk(v, row_scale, p.q + row * K, k0, K, p.vectorized);
+        uint32_t pairs[kChunk / 2];
+        encode_chunk(v, row_scale, pairs);
+        for (int64_t j = 0; j < p.fanout; ++j) {
+          const int64_t dst = destination(p, row, j);
+          if (dst >= 0) store_chunk(pairs, p.q + dst * K, k0, K, p.vectorized);
+        }
       }
     }
     return;
@@ -362,10 +390,11 @@ int resident_row_blocks(int64_t rows, int threads) {
 
 // ---- kernel entry points (quantize.h) -----------------------------------------------------------
 
-void quantize_rows(const void* x, DType x_dtype, int64_t ldx, int64_t rows, const int32_t* num_rows,
-                   int64_t K, QuantScheme scheme, bool static_scale, uint8_t* q, void* scale,
-                   cudaStream_t stream) {
-  constexpr const char* fn = "cuda::quantize_rows";
+namespace {
+
+// The checks both entry points share.
+void check_quantize_call(const char* fn, DType x_dtype, int64_t rows, int64_t K, QuantScheme scheme,
+                         bool static_scale, const void* x, const uint8_t* q, const void* scale) {
   MODMOE_CHECK(scheme != QuantScheme::none)
       << fn << ": scheme must be one of fp8-tensor, fp8-token, fp8-block, mxfp8, got none";
   MODMOE_CHECK(!static_scale || scheme == QuantScheme::fp8_tensor)
@@ -375,7 +404,6 @@ void quantize_rows(const void* x, DType x_dtype, int64_t ldx, int64_t rows, cons
       << fn << ": x must be bf16, fp16 or fp32, got " << dtype_name(x_dtype);
   MODMOE_CHECK(rows >= 0 && K >= 0)
       << fn << ": rows and K must be >= 0, got rows = " << rows << ", K = " << K;
-  MODMOE_CHECK(ldx >= K) << fn << ": ldx must be >= K = " << K << ", got " << ldx;
   // The per-tensor scale is written even for no rows (1, as on the CPU); row scales only exist
   // for rows (and for columns, with groups).
   const bool writes_scale = scheme == QuantScheme::fp8_tensor ||
@@ -383,8 +411,44 @@ void quantize_rows(const void* x, DType x_dtype, int64_t ldx, int64_t rows, cons
   MODMOE_CHECK(scale != nullptr || !writes_scale) << fn << ": scale must not be null";
   MODMOE_CHECK(rows * K == 0 || (x != nullptr && q != nullptr))
       << fn << ": x and q must not be null for " << rows << " x " << K << " elements";
+}
 
+// Launches the quantization `p` describes (p.vectorized is set here).
+void launch_quantize(QuantizeParams p, DType x_dtype, bool static_scale, cudaStream_t stream) {
   const size_t x_size = dtype_size(x_dtype);
+  p.vectorized = p.K % kChunk == 0 && (p.ldx * x_size) % 16 == 0 && aligned(p.x, 16) &&
+                 aligned(p.q, 8);
+  const int threads = threads_for(p.K);
+  const int blocks = resident_row_blocks(p.rows, threads);
+  void* scale = p.scale;
+  dispatch_float_io(x_dtype, "cuda quantize", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (p.scheme == QuantScheme::fp8_tensor && !static_scale) {
+      // amax into scale[0] (as bits), then the scale in place, then the rows read it. An empty
+      // tensor (rows == 0 or *num_rows == 0) leaves amax 0 and gets scale 1, as on the CPU.
+      MODMOE_CUDA_CHECK(cudaMemsetAsync(scale, 0, sizeof(float), stream));
+      if (p.rows > 0 && p.K > 0) {
+        tensor_amax_kernel<T><<<blocks, threads, 0, stream>>>(p, static_cast<uint32_t*>(scale));
+        MODMOE_CUDA_CHECK_LAUNCH();
+      }
+      tensor_scale_from_amax_kernel<<<1, 1, 0, stream>>>(static_cast<float*>(scale));
+      MODMOE_CUDA_CHECK_LAUNCH();
+    }
+    if (p.rows > 0) {
+      quantize_rows_kernel<T><<<blocks, threads, 0, stream>>>(p);
+      MODMOE_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace
+
+void quantize_rows(const void* x, DType x_dtype, int64_t ldx, int64_t rows, const int32_t* num_rows,
+                   int64_t K, QuantScheme scheme, bool static_scale, uint8_t* q, void* scale,
+                   cudaStream_t stream) {
+  constexpr const char* fn = "cuda::quantize_rows";
+  check_quantize_call(fn, x_dtype, rows, K, scheme, static_scale, x, q, scale);
+  MODMOE_CHECK(ldx >= K) << fn << ": ldx must be >= K = " << K << ", got " << ldx;
   QuantizeParams p{};
   p.x = x;
   p.ldx = ldx;
@@ -395,28 +459,29 @@ void quantize_rows(const void* x, DType x_dtype, int64_t ldx, int64_t rows, cons
   p.tensor_scale = static_cast<const float*>(scale);
   p.q = q;
   p.scale = scale;
-  p.vectorized = K % kChunk == 0 && (ldx * x_size) % 16 == 0 && aligned(x, 16) && aligned(q, 8);
+  p.fanout = 1;
+  launch_quantize(p, x_dtype, static_scale, stream);
+}
 
-  const int threads = threads_for(K);
-  const int blocks = resident_row_blocks(rows, threads);
-  dispatch_float_io(x_dtype, "cuda quantize", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (scheme == QuantScheme::fp8_tensor && !static_scale) {
-      // amax into scale[0] (as bits), then the scale in place, then the rows read it. An empty
-      // tensor (rows == 0 or *num_rows == 0) leaves amax 0 and gets scale 1, as on the CPU.
-      MODMOE_CUDA_CHECK(cudaMemsetAsync(scale, 0, sizeof(float), stream));
-      if (rows > 0 && K > 0) {
-        tensor_amax_kernel<T><<<blocks, threads, 0, stream>>>(p, static_cast<uint32_t*>(scale));
-        MODMOE_CUDA_CHECK_LAUNCH();
-      }
-      tensor_scale_from_amax_kernel<<<1, 1, 0, stream>>>(static_cast<float*>(scale));
-      MODMOE_CUDA_CHECK_LAUNCH();
-    }
-    if (rows > 0) {
-      quantize_rows_kernel<T><<<blocks, threads, 0, stream>>>(p);
-      MODMOE_CUDA_CHECK_LAUNCH();
-    }
-  });
+void quantize_scatter_rows(const void* x, DType x_dtype, int64_t rows, int64_t K,
+                           QuantScheme scheme, const int32_t* dst_rows, int64_t fanout,
+                           uint8_t* q, void* scale, cudaStream_t stream) {
+  constexpr const char* fn = "cuda::quantize_scatter_rows";
+  check_quantize_call(fn, x_dtype, rows, K, scheme, /*static_scale=*/false, x, q, scale);
+  MODMOE_CHECK(fanout >= 1) << fn << ": fanout must be >= 1, got " << fanout;
+  MODMOE_CHECK(rows == 0 || dst_rows != nullptr) << fn << ": dst_rows must not be null";
+  QuantizeParams p{};
+  p.x = x;
+  p.ldx = K;
+  p.rows = rows;
+  p.K = K;
+  p.scheme = scheme;
+  p.tensor_scale = static_cast<const float*>(scale);
+  p.q = q;
+  p.scale = scale;
+  p.dst_rows = dst_rows;
+  p.fanout = fanout;
+  launch_quantize(p, x_dtype, /*static_scale=*/false, stream);
 }
 
 void dequantize_rows(const uint8_t* q, const void* scale, int64_t rows, int64_t K,

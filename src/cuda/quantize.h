@@ -25,6 +25,16 @@ void quantize_rows(const void* x, DType x_dtype, int64_t ldx, int64_t rows,
                    const int32_t* num_rows, int64_t K, QuantScheme scheme, bool static_scale,
                    uint8_t* q, void* scale, cudaStream_t stream);
 
+// quantize_rows fused with a row scatter: each of the `rows` rows of x (contiguous, K
+// elements) is quantized once (dynamic scales, any scheme) and its codes and scale row are
+// written to rows dst_rows[row * fanout + j], j < fanout, of q and scale (negative entries:
+// nowhere). With the permute's row_of_pair and fanout = topk it is the quantization fused into
+// the gather by expert: each token read once, its topk rows written quantized. The rows written
+// hold the same bits as quantize_rows followed by a gather; rows no entry names are not touched.
+void quantize_scatter_rows(const void* x, DType x_dtype, int64_t rows, int64_t K,
+                           QuantScheme scheme, const int32_t* dst_rows, int64_t fanout,
+                           uint8_t* q, void* scale, cudaStream_t stream);
+
 // out (rows, K) bf16/fp16/fp32 = dequant(q, scale); the inverse of quantize_rows (tests, tools).
 void dequantize_rows(const uint8_t* q, const void* scale, int64_t rows, int64_t K,
                      QuantScheme scheme, void* out, DType out_dtype, cudaStream_t stream);

@@ -221,6 +221,80 @@ TEST(ModularKernel, SharedExpertsRunBetweenDispatchAndReceive) {
   }
 }
 
+// Experts that quantize their own input (Experts::expects_unquantized_input): the reference
+// experts behind a front that records what the prepare handed over and quantizes it itself when
+// it came unquantized, as the CPU NoEP prepare would have.
+class SelfQuantizingExperts final : public Experts {
+ public:
+  SelfQuantizingExperts(const MoEConfig& c, bool expects_unquantized, std::vector<DType>* seen)
+      : Experts(c), inner_(c), expects_unquantized_(expects_unquantized), seen_(seen) {}
+  std::string name() const override { return "SelfQuantizingExperts"; }
+  std::pair<ActivationFormat, ActivationFormat> activation_formats() const override {
+    return inner_.activation_formats();
+  }
+  bool supports_expert_map() const override { return true; }
+  bool supports_chunking() const override { return true; }
+  WorkspaceShapes workspace_shapes(int64_t M, int64_t N, int64_t K, int64_t topk, int64_t E,
+                                   int64_t E_local, const ExpertTokensMetadata* meta) const override {
+    return inner_.workspace_shapes(M, N, K, topk, E, E_local, meta);
+  }
+  TopKWeightAndReducePtr finalize_weight_and_reduce_impl() const override {
+    return inner_.finalize_weight_and_reduce_impl();
+  }
+  bool expects_unquantized_input() const override { return expects_unquantized_; }
+  void apply(const Context& ctx, const ApplyArgs& a) override {
+    seen_->push_back(a.hidden_states.dtype());
+    const QuantConfig& q = config().quant;
+    if (!q.quantized() || a.hidden_states.dtype() != config().in_dtype) return inner_.apply(ctx, a);
+    EXPECT_FALSE(a.a1q_scale.defined()) << "unquantized rows come with no scale";
+    const int64_t M = a.hidden_states.size(0), K = a.hidden_states.size(1);
+    OwnedTensor codes = host_tensor(quantized_dtype(q.scheme), {M, K});
+    OwnedTensor scale = host_tensor(scale_dtype(q.scheme), act_scale_shape(q.scheme, M, K));
+    quantize_activations(ctx, a.hidden_states, q.scheme, false, codes, scale);
+    ApplyArgs quantized = a;
+    quantized.hidden_states = codes;
+    quantized.a1q_scale = scale;
+    inner_.apply(ctx, quantized);
+  }
+
+ private:
+  cpu::ReferenceExperts inner_;
+  bool expects_unquantized_;
+  std::vector<DType>* seen_;
+};
+
+// The NoEP prepare skips its quantization only for experts that ask for it, and only with a
+// quantized scheme; the result is the same bytes either way (also chunked: the a1q_scale of an
+// unquantized chunk is undefined, not sliced).
+TEST(ModularKernel, PrepareLeavesTheQuantizationToExpertsThatAskForIt) {
+  for (QuantScheme scheme : {QuantScheme::fp8_block, QuantScheme::fp8_token, QuantScheme::none}) {
+    for (int64_t chunk : {0, 7}) {
+      testing::Problem p =
+          testing::make_problem(spec_for(23, 2, 8, 256, 128, DType::bf16, scheme));
+      const MoEConfig& cfg = p.spec.config;
+      Context ctx = Context::cpu();
+      ctx.chunk_size = chunk;
+      std::vector<DType> seen_quantizing, seen_deferring;
+      ModularKernel quantizing(std::make_shared<cpu::NoEPPrepareAndFinalize>(cfg),
+                               std::make_shared<SelfQuantizingExperts>(cfg, false, &seen_quantizing));
+      ModularKernel deferring(std::make_shared<cpu::NoEPPrepareAndFinalize>(cfg),
+                              std::make_shared<SelfQuantizingExperts>(cfg, true, &seen_deferring));
+      quantizing.forward(ctx, args_for(p));
+      const std::vector<uint8_t> expected = bytes_of(p.output);
+      testing::poison(p.output);
+      deferring.forward(ctx, args_for(p));
+      const std::string what = std::string(quant_scheme_name(scheme)) + ", chunk " +
+                               std::to_string(chunk);
+      EXPECT_EQ(bytes_of(p.output), expected) << what;
+      const DType prepared = scheme == QuantScheme::none ? DType::bf16 : DType::fp8_e4m3;
+      ASSERT_FALSE(seen_deferring.empty()) << what;
+      for (DType d : seen_quantizing) EXPECT_EQ(d, prepared) << what;
+      for (DType d : seen_deferring) EXPECT_EQ(d, DType::bf16) << what;
+      EXPECT_TRUE(check_against_oracle(p, p.output, chunk).passed(3e-2)) << what;
+    }
+  }
+}
+
 TEST(ModularKernel, InPlaceOutputMatchesOutOfPlace) {
   for (QuantScheme scheme : {QuantScheme::none, QuantScheme::fp8_block}) {
     testing::Problem p = testing::make_problem(spec_for(37, 4, 16, 256, 128, DType::bf16, scheme));

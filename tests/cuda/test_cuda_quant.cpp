@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -421,6 +422,69 @@ TEST(CudaQuant, NumRowsBoundsTheWork) {
             ASSERT_EQ(scale[i], kPoison) << "scale byte " << i << " past num_rows was written";
           }
         }
+      }
+    }
+  }
+}
+
+// ---- cuda::quantize_scatter_rows: the quantization fused into the gather by expert ----------
+
+// Each source row quantized once and written to its destination rows (fanout 3, like topk):
+// every destination row must hold the CPU's codes and scales of its source row, byte for byte;
+// rows that no entry names (the -1 entries, like pairs of no local expert) keep the poison.
+// K = 2880 (several 256-column steps, partial last group), 203 (the scalar path).
+TEST(CudaQuant, ScatterWritesEachSourceRowToItsDestinations) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession gpu;
+  const int64_t rows = 37, fanout = 3, capacity = rows * fanout;
+  for (int64_t K : {2880, 203}) {
+    std::mt19937 rng(static_cast<uint32_t>(K) + 11);
+    const OwnedTensor x = random_activations(DType::bf16, rows, K, rng);
+    // A permutation of the capacity's rows, with every 7th entry -1 (its row stays unwritten).
+    std::vector<int32_t> order(capacity);
+    for (int64_t i = 0; i < capacity; ++i) order[i] = static_cast<int32_t>(i);
+    std::shuffle(order.begin(), order.end(), rng);
+    OwnedTensor dst = host_tensor(DType::int32, {rows, fanout});
+    for (int64_t i = 0; i < capacity; ++i) dst.data_ptr<int32_t>()[i] = i % 7 == 3 ? -1 : order[i];
+    const OwnedTensor x_dev = gpu.to_device(x), dst_dev = gpu.to_device(dst);
+    for (QuantScheme scheme : kSchemes) {
+      SCOPED_TRACE(describe_case(scheme, DType::bf16, rows, K));
+      const Shape scale_shape = act_scale_shape(scheme, capacity, K);
+      const OwnedTensor q_dev = poisoned_device(gpu, DType::fp8_e4m3, {capacity, K});
+      const OwnedTensor scale_dev = poisoned_device(gpu, scale_dtype(scheme), scale_shape);
+      cuda::quantize_scatter_rows(x_dev.tensor().data(), DType::bf16, rows, K, scheme,
+                                  dst_dev.data_ptr<int32_t>(), fanout, q_dev.data_ptr<uint8_t>(),
+                                  scale_dev.tensor().data(), gpu.stream());
+      const std::vector<uint8_t> q = bytes_of(gpu.to_host(q_dev));
+      const std::vector<uint8_t> scale = bytes_of(gpu.to_host(scale_dev));
+      const Quantized cpu = quantize_on_cpu(x, scheme);
+      const std::vector<uint8_t> cpu_q = bytes_of(cpu.q), cpu_scale = bytes_of(cpu.scale);
+      const bool row_scales = scheme != QuantScheme::fp8_tensor;
+      const size_t scale_row_bytes = row_scales ? cpu_scale.size() / rows : 0;
+      std::vector<bool> written(capacity, false);
+      for (int64_t i = 0; i < capacity; ++i) {
+        const int32_t d = dst.data_ptr<int32_t>()[i];
+        if (d < 0) continue;
+        written[d] = true;
+        const int64_t src = i / fanout;
+        const std::vector<uint8_t> want(cpu_q.begin() + src * K, cpu_q.begin() + (src + 1) * K);
+        const std::vector<uint8_t> got(q.begin() + d * K, q.begin() + (d + 1) * K);
+        ASSERT_EQ(byte_diff(want, got), "") << "codes of source row " << src << " in row " << d;
+        if (row_scales) {
+          const auto at = [&](const std::vector<uint8_t>& v, int64_t r) {
+            return std::vector<uint8_t>(v.begin() + r * scale_row_bytes,
+                                        v.begin() + (r + 1) * scale_row_bytes);
+          };
+          ASSERT_EQ(byte_diff(at(cpu_scale, src), at(scale, d)), "")
+              << "scales of source row " << src << " in row " << d;
+        }
+      }
+      if (!row_scales) EXPECT_EQ(byte_diff(cpu_scale, scale), "") << "tensor scale";
+      for (int64_t d = 0; d < capacity; ++d) {
+        if (written[d]) continue;
+        for (int64_t k = 0; k < K; ++k) ASSERT_EQ(q[d * K + k], kPoison) << "row " << d;
+        for (size_t b = 0; b < scale_row_bytes; ++b)
+          ASSERT_EQ(scale[d * scale_row_bytes + b], kPoison) << "scale row " << d;
       }
     }
   }

@@ -68,6 +68,28 @@ TEST_P(DecodeMlp, MatchesTheOracle) {
   EXPECT_TRUE(err.passed(tol)) << p.spec.str() << ": " << err.str();
 }
 
+// With dynamic fp8-block and 16-bit inputs the NoEP prepare leaves the rows unquantized and
+// gate_up quantizes them in each CTA: the output must be the same bytes as with rows the
+// prepare quantized (quantize_rows). The grouped path (DecodePath::automatic at an M past the
+// decode bound) then quantizes them into its workspace first: same bytes too.
+TEST_P(DecodeMlp, SameBytesWhetherThePrepareOrTheExpertsQuantize) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession s;
+  const DecodeCase& c = GetParam();
+  const testing::Problem p = testing::make_problem(spec_for(c));
+  const MoEConfig& cfg = p.spec.config;
+  for (DecodePath path : {DecodePath::always, DecodePath::automatic}) {
+    auto experts = std::make_shared<CudaExperts>(cfg, true, path);
+    const bool expects = c.scheme == QuantScheme::fp8_block && c.dtype != DType::fp32;
+    EXPECT_EQ(experts->expects_unquantized_input(), expects) << p.spec.str();
+    const OwnedTensor deferred = testing::forward_on_gpu(s, p, experts, s.ctx());
+    const OwnedTensor quantized = testing::forward_on_gpu(
+        s, p, experts, s.ctx(), std::make_shared<testing::QuantizingNoEP>(cfg));
+    EXPECT_EQ(testing::bytes_of(deferred), testing::bytes_of(quantized))
+        << p.spec.str() << " (" << experts->route(c.M) << ")";
+  }
+}
+
 constexpr DType bf16 = DType::bf16, fp16 = DType::fp16, fp32 = DType::fp32;
 constexpr QuantScheme none = QuantScheme::none, fp8 = QuantScheme::fp8_block;
 constexpr Activation silu = Activation::silu, gelu = Activation::gelu,

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -142,6 +143,107 @@ INSTANTIATE_TEST_SUITE_P(K320N192, Sm90ExpertsUnaligned,
                          [](const ::testing::TestParamInfo<UnalignedCase>& info) {
                            return info.param.name();
                          });
+
+// ---- fp8 block input quantized by the experts (expects_unquantized_input) -------------------
+
+struct DeferCase {
+  int64_t M;
+  int topk;
+  bool expert_map;
+  bool router_weight_on_input;
+  std::string name() const {
+    return "M" + std::to_string(M) + "_topk" + std::to_string(topk) + (expert_map ? "_map" : "") +
+           (router_weight_on_input ? "_weight_on_input" : "");
+  }
+};
+void PrintTo(const DeferCase& c, std::ostream* os) { *os << c.name(); }
+
+class Sm90ExpertsQuantizeInput : public ::testing::TestWithParam<DeferCase> {};
+
+// The NoEP prepare leaves fp8-block rows unquantized for Sm90Experts, which quantizes each
+// token once while it writes the token's rows by expert (quantize_scatter_rows), or before its
+// portable route. The output must be the same bytes as with rows the prepare quantized, on
+// every route: M = 1 (the decode path), 16 (the Hopper kernels at ~1 row per expert), 300
+// (several row blocks per expert), with an expert map (pairs of no local expert: row_of_pair
+// -1, rows the scatter never writes), and with the router weight applied to the input.
+TEST_P(Sm90ExpertsQuantizeInput, SameBytesAsRowsThePrepareQuantized) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession s;
+  MODMOE_REQUIRE_SM90(s);
+  const DeferCase& c = GetParam();
+  testing::ProblemSpec spec =
+      testing::simple_spec(c.M, c.topk, 16, 384, 256, DType::bf16, QuantScheme::fp8_block,
+                           9500 + static_cast<uint64_t>(c.M) * 3 + c.topk + 17 * c.expert_map);
+  spec.config.num_local_experts = c.expert_map ? 8 : 16;
+  spec.use_expert_map = c.expert_map;
+  spec.apply_router_weight_on_input = c.router_weight_on_input;
+  const testing::Problem p = testing::make_problem(spec);
+  const MoEConfig& cfg = p.spec.config;
+  auto experts = std::make_shared<cuda::Sm90Experts>(cfg);
+  ASSERT_TRUE(experts->expects_unquantized_input());
+  const OwnedTensor deferred = forward_on_gpu(s, p, experts, s.ctx());
+  const OwnedTensor quantized =
+      forward_on_gpu(s, p, experts, s.ctx(), std::make_shared<testing::QuantizingNoEP>(cfg));
+  ASSERT_EQ(deferred.tensor().nbytes(), quantized.tensor().nbytes());
+  EXPECT_EQ(std::memcmp(deferred.tensor().data(), quantized.tensor().data(),
+                        deferred.tensor().nbytes()),
+            0)
+      << p.spec.str() << " (route " << experts->route(c.M) << ")";
+  const oracle::ErrorReport err =
+      oracle::compare(deferred, oracle::moe_forward(p.oracle_inputs()), p.topk_ids, p.expert_map);
+  EXPECT_TRUE(err.passed(3e-2)) << p.spec.str() << ": " << err.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(Routes, Sm90ExpertsQuantizeInput,
+                         ::testing::Values(DeferCase{1, 4, false, false},
+                                           DeferCase{16, 4, false, false},
+                                           DeferCase{300, 4, false, false},
+                                           DeferCase{300, 4, true, false},
+                                           DeferCase{40, 1, false, true}),
+                         [](const ::testing::TestParamInfo<DeferCase>& info) {
+                           return info.param.name();
+                         });
+
+// A prepare that defers gives the experts bf16 rows and no scales; apply() refuses scales with
+// them (they would be silently ignored) and names the argument.
+TEST(Sm90ExpertsQuantizeInputGuard, UnquantizedRowsWithScalesAreRefused) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession s;
+  MODMOE_REQUIRE_SM90(s);
+  const testing::Problem p = testing::make_problem(
+      testing::simple_spec(8, 2, 16, 256, 128, DType::bf16, QuantScheme::fp8_block, 9601));
+  const MoEConfig& cfg = p.spec.config;
+  cuda::Sm90Experts experts(cfg);
+  const int64_t M = 8, K = cfg.hidden_size;
+  const WorkspaceShapes w = experts.workspace_shapes(M, cfg.intermediate_size, K, cfg.topk,
+                                                     cfg.num_experts, cfg.num_local_experts,
+                                                     nullptr);
+  OwnedTensor hidden = s.to_device(p.hidden_states), ids = s.to_device(p.topk_ids),
+              weights = s.to_device(p.topk_weights), out = s.to_device(p.output),
+              w13 = s.to_device(p.w13), w2 = s.to_device(p.w2), w13s = s.to_device(p.w13_scale),
+              w2s = s.to_device(p.w2_scale);
+  OwnedTensor scale = s.empty(DType::fp32, act_scale_shape(QuantScheme::fp8_block, M, K));
+  OwnedTensor ws13 = s.empty(w.workspace_dtype, w.workspace13),
+              ws2 = s.empty(w.workspace_dtype, w.workspace2);
+  ExpertWeights ew;
+  ew.w13 = w13, ew.w2 = w2, ew.w13_scale = w13s, ew.w2_scale = w2s;
+  ApplyArgs a;
+  a.output = out;
+  a.hidden_states = hidden;  // bf16
+  a.a1q_scale = scale;       // but with scales
+  a.weights = &ew;
+  a.topk_weights = weights;
+  a.topk_ids = ids;
+  a.global_num_experts = cfg.num_experts;
+  a.workspace13 = ws13;
+  a.workspace2 = ws2;
+  try {
+    experts.apply(s.ctx(), a);
+    FAIL() << "bf16 rows with a1q_scale must be refused";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("a1q_scale must be undefined"));
+  }
+}
 
 }  // namespace
 }  // namespace modmoe

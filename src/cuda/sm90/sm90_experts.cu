@@ -25,6 +25,7 @@
 #include "cuda/device_guard.h"
 #include "cuda/experts_common.h"
 #include "cuda/permute.h"
+#include "cuda/quantize.h"
 #include "cuda/reduce.h"
 #include "cuda/sm90/sm90_experts.h"
 #include "cuda/sm90/sm90_gemm.h"
@@ -227,16 +228,21 @@ TopKWeightAndReducePtr Sm90Experts::finalize_weight_and_reduce_impl() const {
   return std::make_shared<TopKWeightAndReduceNoOp>();
 }
 
+bool Sm90Experts::expects_unquantized_input() const { return is_fp8(config()); }
+
 void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
   static constexpr const char* kFn = "Sm90Experts::apply";
   const MoEConfig& c = config();
-  const int64_t M = check_standard_apply(kFn, ctx, c, a), K = c.hidden_size, topk = c.topk;
+  const int64_t M = check_standard_apply(kFn, ctx, c, a, /*may_be_unquantized=*/true),
+                K = c.hidden_size, topk = c.topk;
   check_supported(kFn, c, ctx);
   MODMOE_CHECK(!reduce_in_gemm2_ || !ctx.deterministic)
       << kFn << ": this Sm90Experts folds the top-k reduce into GEMM2 with float atomics, which a "
       << "deterministic forward forbids; set Context::deterministic = false, or build it with "
       << "reduce_in_gemm2 = false";
   if (M == 0) return;
+  // The portable route: CudaExperts, whose decode path quantizes unquantized fp8-block rows
+  // itself (it expects them whenever it runs decode-sized applies).
   if (runs_portable(M)) return portable_->apply(ctx, a);
 
   DeviceGuard guard(ctx.device.index);
@@ -249,13 +255,18 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
   const int64_t P = M * topk;
 
   // 1. Permute, then gather each row's token (and its scales): TMA reads contiguous rows.
+  //    Unquantized fp8-block input: each token quantized once and written to its rows.
   const PermuteArgs p = standard_permute_args(c, a, M);
   {
     TraceRange range(ctx, "permute");
     permute(p, l.perm, stream);
     const int64_t row_bytes = K * static_cast<int64_t>(dtype_size(operand_dtype(c)));
     const RowCopy rows{a.hidden_states.data(), row_bytes, l.a, row_bytes, row_bytes};
-    if (is_fp8(c)) {
+    if (is_fp8(c) && a.hidden_states.dtype() != DType::fp8_e4m3) {
+      quantize_scatter_rows(a.hidden_states.data(), c.in_dtype, M, K, QuantScheme::fp8_block,
+                            l.perm.row_of_pair, topk, static_cast<uint8_t*>(l.a), l.a_scale,
+                            stream);
+    } else if (is_fp8(c)) {
       // The rows and their scale rows in one launch (where a copy unit fits both).
       const int64_t scale_bytes = scale_count(1, K) * 4;
       const RowCopy scales{a.a1q_scale.data(), scale_bytes, l.a_scale, scale_bytes, scale_bytes};

@@ -1,7 +1,8 @@
 // The experts on the Hopper grouped GEMM (sm90_gemm.h), for bf16 inputs or fp8 block scales
 // (1x128 activations, 128x128 weights) and a gated activation:
 //
-//   Sm90Experts (standard):  permute -> gather rows (and their scales) by expert
+//   Sm90Experts (standard):  permute -> gather rows by expert (fp8: quantized on the way when
+//                            the prepare left them unquantized, else with their scales)
 //     -> GEMM1 with act(gate)*up in its epilogue, written as GEMM2's operand (bf16, or fp8 with
 //        its group-128 scales: the epilogue quantizes, no fp32 intermediate, no quantize kernel)
 //     -> GEMM2 into (pairs, K) fp32 -> unpermute + top-k weight + reduce (NoOp finalize)
@@ -41,6 +42,10 @@ class Sm90Experts final : public Experts {
                                    int64_t global_num_experts, int64_t local_num_experts,
                                    const ExpertTokensMetadata* meta) const override;
   TopKWeightAndReducePtr finalize_weight_and_reduce_impl() const override;
+  // fp8-block: the hidden states may come unquantized; apply() quantizes each token once,
+  // writing its topk rows by expert (quantize_scatter_rows): the gather and the quantization
+  // in one kernel, with no quantize kernel in the prepare. Quantized input still works.
+  bool expects_unquantized_input() const override;
   void apply(const Context& ctx, const ApplyArgs& args) override;
 
   // Whether an apply of M tokens runs the portable CudaExperts instead: where CudaExperts
