@@ -33,6 +33,15 @@ double measure_read_bandwidth(size_t bytes, cudaStream_t stream) {
   return double(bytes) / (t.median_us * 1e-6);
 }
 
+LaunchFloor measure_launch_floor(cudaStream_t stream, L2Flush* flush) {
+  LaunchFloor f;
+  const Graph one(stream, cudaStreamCaptureModeThreadLocal, [&] { empty_kernels(1, stream); });
+  f.one_kernel_us = time_replays(stream, 30, 3, flush, [&] { one.launch(stream); }).median_us;
+  const Graph two(stream, cudaStreamCaptureModeThreadLocal, [&] { empty_kernels(2, stream); });
+  f.two_kernels_us = time_replays(stream, 30, 3, flush, [&] { two.launch(stream); }).median_us;
+  return f;
+}
+
 void trim_device_memory() {
   cudaDeviceSynchronize();
   cudaDeviceGraphMemTrim(0);

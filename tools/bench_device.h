@@ -173,6 +173,14 @@ DeviceInfo device_info();
 // (a multiple of 16), 20 timed replays after 3 untimed; the buffer is freed before it returns.
 double measure_read_bandwidth(size_t bytes, cudaStream_t stream);
 
+// The time of a CUDA graph of 1 and of 2 empty kernel nodes, timed like every case (median of
+// 30 replays between events, `flush` before each): the part of any case's time that is graph
+// launch and kernel-boundary latency, not work. Context for the M = 1 floors, which have none.
+struct LaunchFloor {
+  double one_kernel_us = 0, two_kernels_us = 0;
+};
+LaunchFloor measure_launch_floor(cudaStream_t stream, L2Flush* flush);
+
 // Releases what the stream-ordered pool and graph memory nodes kept from a case.
 void trim_device_memory();
 

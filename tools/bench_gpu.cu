@@ -466,6 +466,10 @@ int run_gpu_suite(const GpuSuiteOptions& o) {
   std::fflush(stdout);
 
   L2Flush flush_buffer = o.flush_l2 ? L2Flush(info.l2_bytes) : L2Flush();
+  const LaunchFloor launch = measure_launch_floor(stream, o.flush_l2 ? &flush_buffer : nullptr);
+  std::printf("graph launch (empty kernels, timed like a case): 1 kernel %.1f us, 2 kernels %.1f us\n",
+              launch.one_kernel_us, launch.two_kernels_us);
+  std::fflush(stdout);
   SuiteContext s{o, stream, cublas, o.flush_l2 ? &flush_buffer : nullptr, read_bw, peaks};
   std::vector<CaseResult> results;
   bool sticky_error = false;
@@ -573,6 +577,10 @@ int run_gpu_suite(const GpuSuiteOptions& o) {
         .num("read_bw_GBps", read_bw * 1e-9)
         .num("read_bw_bytes", int64_t(bw_bytes))
         .add("peaks", peak.dump(2))
+        .add("launch_floor_us", JsonObject()
+                                    .num("one_kernel", launch.one_kernel_us)
+                                    .num("two_kernels", launch.two_kernels_us)
+                                    .dump(2))
         .add("summary", JsonObject()
                             .num("cases", int64_t(results.size()))
                             .num("errors", int64_t(errors))
@@ -590,9 +598,10 @@ int run_gpu_suite(const GpuSuiteOptions& o) {
 
   std::printf(
       "\nceilings: read %.0f GB/s; bf16 %.0f TFLOP/s; fp8 %.0f TFLOP/s (per-tensor %.0f, "
-      "block %.0f)\n",
+      "block %.0f); graph launch %.1f us (1 empty kernel), %.1f us (2)\n",
       read_bw * 1e-9, peaks.bf16_tflops, peak_for(s, QuantScheme::fp8_block),
-      peaks.fp8_tensor_tflops, peaks.fp8_block_tflops);
+      peaks.fp8_tensor_tflops, peaks.fp8_block_tflops, launch.one_kernel_us,
+      launch.two_kernels_us);
   print_table(results);
   std::printf(
       "\n%zu cases: %d errors, %d with non-finite outputs, %d bf16 baseline mismatches; "

@@ -35,6 +35,12 @@ void fill_e8m0(uint8_t* codes, int64_t n, uint64_t seed, int lo, int hi, cudaStr
 void stream_read(const void* data, size_t bytes, uint32_t* sink, cudaStream_t stream);
 int64_t stream_read_sink_words();
 
+// ---- launch latency ---------------------------------------------------------------------------
+
+// `count` empty kernels (one warp each) in a row on `stream`: what a graph of that many kernel
+// nodes costs with no work in them.
+void empty_kernels(int count, cudaStream_t stream);
+
 // ---- the cuBLAS baseline's glue ---------------------------------------------------------------
 //
 // The baseline lays the routed rows out expert after expert, each expert's segment padded to a

@@ -45,6 +45,10 @@ int key_bits(int64_t num_local_experts) {
 constexpr int kSingleThreads = 1024;
 constexpr int kSingleWarps = kSingleThreads / 32;
 constexpr int64_t kSingleMaxPairs = 8192;
+// The automatic choice stops below that: one block's scattered row writes (3 per pair, one SM)
+// made it 40 us at 8192 pairs on the H200, where the radix path's five kernels take ~15-24
+// (ncu; perf.md, tenth session). At 1024 pairs it is 10 us.
+constexpr int64_t kSingleAutoMaxPairs = 2048;
 constexpr int64_t kSingleMaxExperts = 1024;
 constexpr int kKeysPerThread = 2;     // keys [0, E_local] over the block for the scan
 constexpr int kTableEntries = 20480;  // 40 KB of uint16: >= 19 segments at E_local = 1024
@@ -236,6 +240,11 @@ bool permute_single_block_fits(int64_t num_pairs, int64_t num_local_experts) {
   return num_pairs <= kSingleMaxPairs && num_local_experts <= kSingleMaxExperts;
 }
 
+bool permute_single_block_preferred(int64_t num_pairs, int64_t num_local_experts) {
+  return num_pairs <= kSingleAutoMaxPairs &&
+         permute_single_block_fits(num_pairs, num_local_experts);
+}
+
 PermuteWorkspace PermuteWorkspace::carve(ByteCarver& carver, int64_t num_pairs,
                                          int64_t num_local_experts) {
   static constexpr const char* kFn = "cuda::permute";
@@ -284,6 +293,7 @@ void permute(const PermuteArgs& a, const PermuteWorkspace& ws, cudaStream_t stre
       << ", E_local = " << a.num_local_experts;
   MODMOE_CHECK(ws.m_indptr != nullptr) << kFn << ": the workspace has no memory (sizing carve?)";
   const bool single_block = permute_single_block_fits(num_pairs, a.num_local_experts);
+  const bool preferred = permute_single_block_preferred(num_pairs, a.num_local_experts);
   MODMOE_CHECK(a.force_path != PermutePath::single_block || single_block)
       << kFn << ": force_path = single_block needs num_pairs <= " << kSingleMaxPairs
       << " and E_local <= " << kSingleMaxExperts << ", got num_pairs = " << num_pairs
@@ -294,7 +304,8 @@ void permute(const PermuteArgs& a, const PermuteWorkspace& ws, cudaStream_t stre
         cudaMemsetAsync(ws.m_indptr, 0, sizeof(int32_t) * (a.num_local_experts + 1), stream));
     return;
   }
-  if (a.force_path == PermutePath::radix_sort || !single_block) {
+  if (a.force_path == PermutePath::radix_sort ||
+      (a.force_path == PermutePath::automatic && !preferred)) {
     radix_sort_permute(a, ws, stream);
   } else if (a.ids_dtype == DType::int64) {
     launch_single_block<int64_t>(a, ws, stream);

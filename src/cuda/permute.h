@@ -6,7 +6,9 @@
 // NaiveBatched use), and the pairs of no local expert last. Two implementations give the same
 // bits (PermutePath):
 //   single_block  small problems (num_pairs <= 8192, E_local <= 1024; decode): one kernel, one
-//                 1024-thread block, a counting sort in shared memory. One launch.
+//                 1024-thread block, a counting sort in shared memory. One launch. The
+//                 automatic choice takes it up to 2048 pairs: past that its one SM's
+//                 scattered writes cost more than the radix path's launches.
 //   radix_sort    anything: CUB DeviceRadixSort plus two kernels of ours.
 // From that order:
 //
@@ -59,8 +61,10 @@ struct PermuteWorkspace {
 // one exists for tests and benchmarks.
 enum class PermutePath : uint8_t { automatic, single_block, radix_sort };
 
-// Whether the one-block counting sort handles this size (the `automatic` choice).
+// Whether the one-block counting sort handles this size (what force_path = single_block needs).
 bool permute_single_block_fits(int64_t num_pairs, int64_t num_local_experts);
+// Whether the `automatic` choice takes it: it fits and num_pairs <= 2048.
+bool permute_single_block_preferred(int64_t num_pairs, int64_t num_local_experts);
 
 struct PermuteArgs {
   const void* topk_ids = nullptr;  // (num_tokens, topk) int32 or int64, global expert ids
@@ -70,7 +74,7 @@ struct PermuteArgs {
   const int32_t* expert_map = nullptr;  // (num_experts) global -> local, -1 = not here; or null
   int64_t num_experts = 0;              // E
   int64_t num_local_experts = 0;        // E_local
-  // automatic: single_block when permute_single_block_fits, else radix_sort. Forcing
+  // automatic: single_block when permute_single_block_preferred, else radix_sort. Forcing
   // single_block on a size it does not fit is an error.
   PermutePath force_path = PermutePath::automatic;
 };

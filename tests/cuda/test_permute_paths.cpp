@@ -179,7 +179,8 @@ TEST(CudaPermutePaths, SingleBlockAndRadixSortGiveIdenticalOutputs) {
     int64_t M, topk;
   };
   const Pairs pair_counts[] = {{1, 1}, {1, 7}, {128, 8}, {1024, 8}};
-  for (const int64_t E_local : {1, 8, 256, 1000}) {
+  // E_local = 1024 at 8192 pairs: the fewest segments (19) and the fullest scan table.
+  for (const int64_t E_local : {1, 8, 256, 1000, 1024}) {
     for (const Pairs& pc : pair_counts) {
       for (const bool int64_ids : {false, true}) {
         // Without a map every id is its own local expert; with one, E > E_local.
@@ -216,6 +217,10 @@ TEST(CudaPermutePaths, AutomaticChoiceAndLimits) {
   EXPECT_TRUE(cuda::permute_single_block_fits(8192, 1024));
   EXPECT_FALSE(cuda::permute_single_block_fits(8193, 1024));
   EXPECT_FALSE(cuda::permute_single_block_fits(8192, 1025));
+  // The automatic choice stops at 2048 pairs (the one block's scattered writes, perf.md).
+  EXPECT_TRUE(cuda::permute_single_block_preferred(2048, 1024));
+  EXPECT_FALSE(cuda::permute_single_block_preferred(2049, 16));
+  EXPECT_FALSE(cuda::permute_single_block_preferred(16, 1025));
 
   struct Case {
     int64_t M, topk, E_local;
