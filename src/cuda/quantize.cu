@@ -413,6 +413,22 @@ void check_quantize_call(const char* fn, DType x_dtype, int64_t rows, int64_t K,
       << fn << ": x and q must not be null for " << rows << " x " << K << " elements";
 }
 
+// The parameters of `rows` rows of x (`ldx` apart) into q and scale, each row to itself.
+QuantizeParams params_for(const void* x, int64_t ldx, int64_t rows, int64_t K, QuantScheme scheme,
+                          uint8_t* q, void* scale) {
+  QuantizeParams p{};
+  p.x = x;
+  p.ldx = ldx;
+  p.rows = rows;
+  p.K = K;
+  p.scheme = scheme;
+  p.tensor_scale = static_cast<const float*>(scale);  // read by fp8_tensor (static or computed)
+  p.q = q;
+  p.scale = scale;
+  p.fanout = 1;
+  return p;
+}
+
 // Launches the quantization `p` describes (p.vectorized is set here).
 void launch_quantize(QuantizeParams p, DType x_dtype, bool static_scale, cudaStream_t stream) {
   const size_t x_size = dtype_size(x_dtype);
@@ -449,17 +465,8 @@ void quantize_rows(const void* x, DType x_dtype, int64_t ldx, int64_t rows, cons
   constexpr const char* fn = "cuda::quantize_rows";
   check_quantize_call(fn, x_dtype, rows, K, scheme, static_scale, x, q, scale);
   MODMOE_CHECK(ldx >= K) << fn << ": ldx must be >= K = " << K << ", got " << ldx;
-  QuantizeParams p{};
-  p.x = x;
-  p.ldx = ldx;
-  p.rows = rows;
+  QuantizeParams p = params_for(x, ldx, rows, K, scheme, q, scale);
   p.num_rows = num_rows;
-  p.K = K;
-  p.scheme = scheme;
-  p.tensor_scale = static_cast<const float*>(scale);
-  p.q = q;
-  p.scale = scale;
-  p.fanout = 1;
   launch_quantize(p, x_dtype, static_scale, stream);
 }
 
@@ -470,15 +477,7 @@ void quantize_scatter_rows(const void* x, DType x_dtype, int64_t rows, int64_t K
   check_quantize_call(fn, x_dtype, rows, K, scheme, /*static_scale=*/false, x, q, scale);
   MODMOE_CHECK(fanout >= 1) << fn << ": fanout must be >= 1, got " << fanout;
   MODMOE_CHECK(rows == 0 || dst_rows != nullptr) << fn << ": dst_rows must not be null";
-  QuantizeParams p{};
-  p.x = x;
-  p.ldx = K;
-  p.rows = rows;
-  p.K = K;
-  p.scheme = scheme;
-  p.tensor_scale = static_cast<const float*>(scale);
-  p.q = q;
-  p.scale = scale;
+  QuantizeParams p = params_for(x, K, rows, K, scheme, q, scale);
   p.dst_rows = dst_rows;
   p.fanout = fanout;
   launch_quantize(p, x_dtype, /*static_scale=*/false, stream);

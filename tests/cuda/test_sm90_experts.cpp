@@ -161,9 +161,10 @@ void PrintTo(const DeferCase& c, std::ostream* os) { *os << c.name(); }
 class Sm90ExpertsQuantizeInput : public ::testing::TestWithParam<DeferCase> {};
 
 // The NoEP prepare leaves fp8-block rows unquantized for Sm90Experts, which quantizes each
-// token once while it writes the token's rows by expert (quantize_scatter_rows), or before its
-// portable route. The output must be the same bytes as with rows the prepare quantized, on
-// every route: M = 1 (the decode path), 16 (the Hopper kernels at ~1 row per expert), 300
+// token once while it writes the token's rows by expert (quantize_scatter_rows), or hands them
+// to CudaExperts' decode path, whose gate_up quantizes them. The output must be the same bytes
+// as with rows the prepare quantized, on every route: M = 1 (the decode path), 16 (the Hopper
+// kernels at ~1 row per expert), 300
 // (several row blocks per expert), with an expert map (pairs of no local expert: row_of_pair
 // -1, rows the scatter never writes), and with the router weight applied to the input.
 TEST_P(Sm90ExpertsQuantizeInput, SameBytesAsRowsThePrepareQuantized) {
