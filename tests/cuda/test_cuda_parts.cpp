@@ -388,32 +388,39 @@ TEST(CudaExperts, TokensWithNoLocalExpertGetZeros) {
   }
 }
 
+// Unquantized and fp8-block (whose rows the experts quantize themselves: into their workspace
+// on the grouped path at M = 100, inside the decode path's first kernel at M = 4).
 TEST(CudaExperts, InPlaceOutputEqualsOutOfPlace) {
   MODMOE_REQUIRE_GPU();
   CudaSession s;
-  PairCase c{false,
-             DType::bf16,
-             {QuantScheme::none, false},
-             Activation::silu,
-             GatedLayout::GateUp,
-             100,
-             4,
-             16,
-             16,
-             128,
-             128,
-             32};
-  const testing::Problem p = testing::make_problem(spec_of(c, 92));
-  ModularKernel kernel = kernel_for(c, p.spec.config);
-  Context ctx = s.ctx();
-  ctx.chunk_size = c.chunk;  // each chunk reads its own rows before it overwrites them
-  DeviceProblem d(s, p);
-  kernel.forward(ctx, d.args(false));
-  const std::vector<uint8_t> out_of_place = bytes_of(s.to_host(d.output));
-  ForwardArgs in_place = d.args(false);
-  in_place.output = d.hidden_states;
-  kernel.forward(ctx, in_place);
-  EXPECT_EQ(bytes_of(s.to_host(d.hidden_states)), out_of_place);
+  for (QuantScheme scheme : {QuantScheme::none, QuantScheme::fp8_block}) {
+    for (int64_t M : {100, 4}) {
+      PairCase c{false,
+                 DType::bf16,
+                 {scheme, false},
+                 Activation::silu,
+                 GatedLayout::GateUp,
+                 M,
+                 4,
+                 16,
+                 16,
+                 128,
+                 128,
+                 32};
+      const testing::Problem p = testing::make_problem(spec_of(c, 92));
+      ModularKernel kernel = kernel_for(c, p.spec.config);
+      Context ctx = s.ctx();
+      ctx.chunk_size = c.chunk;  // each chunk reads its own rows before it overwrites them
+      DeviceProblem d(s, p);
+      kernel.forward(ctx, d.args(false));
+      const std::vector<uint8_t> out_of_place = bytes_of(s.to_host(d.output));
+      ForwardArgs in_place = d.args(false);
+      in_place.output = d.hidden_states;
+      kernel.forward(ctx, in_place);
+      EXPECT_EQ(bytes_of(s.to_host(d.hidden_states)), out_of_place)
+          << quant_scheme_name(scheme) << " M = " << M;
+    }
+  }
 }
 
 // BatchedCudaExperts::apply on inputs whose rows past expert_num_tokens are NaN, into an
