@@ -299,19 +299,27 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
   };
   auto next = [](int& u) { u += kGateUpWarps; };
   auto prologue = [&] {
+    const int64_t k_pad = int64_t{units} * Sp::kStage;  // fp8: whole groups of 128
+    // fp8: a scale group's factors x_scale * w13_scale, for the tile's gate and up blocks.
+    const float* ws = nullptr;
+    int64_t gate_block = 0, up_block = 0;
+    if constexpr (kFp8) {
+      ws = a.w13_scale + int64_t{e} * ceil_div(2 * N, kGroup) * k_groups;
+      gate_block = gate_column(a.gated_layout, n0, N) / kGroup;
+      up_block = up_column(a.gated_layout, n0, N) / kGroup;
+    }
+    auto set_factors = [&](int64_t grp, float x_scale) {
+      gate_scale_s[grp] = x_scale * ws[gate_block * k_groups + grp];
+      up_scale_s[grp] = x_scale * ws[up_block * k_groups + grp];
+    };
     if constexpr (kQuantizeX) {
       // 8 values per thread and pass, so a group of 128 is 16 neighbouring lanes (as in
       // quantize_rows); the loads of kFillLoads passes are issued before any is used (one round
       // trip for K <= 4096 * kFillLoads / 4, not one per pass). Amax, scale and e4m3 codes
       // exactly as quantize_rows computes them; the codes as fp16 (zero past K: the loads give
-      // zeros there), the scale into the group's factors x_scale * w13_scale.
+      // zeros there), the scale into the group's factors.
       constexpr int kPass = kGateUpWarps * 32 * 8;
       const X* x_row = static_cast<const X*>(a.x) + t * K;
-      const int64_t k_pad = int64_t{units} * Sp::kStage;  // whole groups of 128
-      const int64_t blocks = ceil_div(2 * N, kGroup);
-      const float* ws = a.w13_scale + int64_t{e} * blocks * k_groups;
-      const int64_t gate_block = gate_column(a.gated_layout, n0, N) / kGroup,
-                    up_block = up_column(a.gated_layout, n0, N) / kGroup;
       for (int64_t base = 0; base < k_pad; base += int64_t{kPass} * kFillLoads) {
         uint4 raw[kFillLoads];
 #pragma unroll
@@ -340,20 +348,15 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
             half2s[j] = e4m3x2_to_half2(e4m3_pair(v[2 * j], v[2 * j + 1], scale, r));
           *reinterpret_cast<uint4*>(x_s + k) =
               make_uint4(half2s[0], half2s[1], half2s[2], half2s[3]);
-          if (threadIdx.x % 16 == 0) {
-            const int64_t grp = k / kGroup;
-            gate_scale_s[grp] = scale * ws[gate_block * k_groups + grp];
-            up_scale_s[grp] = scale * ws[up_block * k_groups + grp];
-          }
+          if (threadIdx.x % 16 == 0) set_factors(k / kGroup, scale);
         }
       }
       __syncthreads();
       return;
     }
     // The token row as 16-bit values (fp8: the e4m3 values as fp16), zero past K; fp8: the
-    // per-group factors x_scale * w13_scale of the tile's gate and up blocks.
+    // groups' factors from x_scale.
     const W* x_row = static_cast<const W*>(a.x) + t * K;
-    const int64_t k_pad = int64_t{units} * Sp::kStage;
     for (int64_t k = int64_t{threadIdx.x} * Sp::kValues; k < k_pad;
          k += int64_t{kGateUpWarps} * 32 * Sp::kValues) {
       uint32_t v[Sp::kValues / 2] = {};
@@ -377,15 +380,8 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
         dst[i] = make_uint4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
     }
     if constexpr (kFp8) {
-      const int64_t blocks = ceil_div(2 * N, kGroup);
-      const float* ws = a.w13_scale + int64_t{e} * blocks * k_groups;
-      const int64_t gate_block = gate_column(a.gated_layout, n0, N) / kGroup,
-                    up_block = up_column(a.gated_layout, n0, N) / kGroup;
-      for (int64_t i = threadIdx.x; i < k_groups; i += kGateUpWarps * 32) {
-        const float xs = a.x_scale[t * k_groups + i];
-        gate_scale_s[i] = xs * ws[gate_block * k_groups + i];
-        up_scale_s[i] = xs * ws[up_block * k_groups + i];
-      }
+      for (int64_t i = threadIdx.x; i < k_groups; i += kGateUpWarps * 32)
+        set_factors(i, a.x_scale[t * k_groups + i]);
     }
     __syncthreads();
   };
