@@ -1,8 +1,9 @@
-// The permute (see permute.h), two paths with identical outputs:
+// The permute (see permute.h), three paths with identical outputs:
 //   single_block  one launch: a counting sort by one 1024-thread block in shared memory.
+//   multi_block   two launches: per-block key counts, then the same sort by up to 64 blocks.
 //   radix_sort    keys -> stable radix sort (CUB) -> row maps and m_indptr in one pass.
 //                 Two launches plus CUB's.
-// Neither uses global atomics or synchronizes with the host.
+// None uses global float atomics or synchronizes with the host.
 #include <algorithm>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
@@ -26,73 +27,146 @@ int key_bits(int64_t num_local_experts) {
   return bits;
 }
 
-// ---- single_block path ------------------------------------------------------------------------
+// ---- counting-sort paths (single_block, multi_block) -----------------------------------------
 //
-// A stable counting sort by one block. The pairs are cut into `num_segments` contiguous
-// segments, one per warp, so that "earlier pair" = "earlier segment, or earlier in the same
-// segment". Shared memory holds a (segment, key) table of uint16:
+// A stable counting sort of one contiguous chunk of the pairs per 1024-thread block, so that
+// "earlier pair" = "earlier block, or earlier in the block". single_block is one block over all
+// the pairs; multi_block first counts each block's keys (block_counts_kernel), then runs one
+// block per chunk, each offsetting its rows by the pairs of its key in earlier blocks.
+//
+// Inside a block the pairs are cut into `num_segments` contiguous segments, one per warp, and
+// shared memory holds:
+//   keys    (chunk)             each pair's key, read from global memory once, all loads in flight
+//   table   (segments, keys)    uint16: first the count of each key per segment, then the offset
+//                               of the segment's first pair within the chunk's run of that key
+//   staged  (chunk)             chunk-local row -> pair (within the chunk)
+//   local_first, global_first   per key: the chunk-local row of its run, and the global row
+// Phases:
 //   1. count:  each warp walks its segment 32 pairs at a time; __match_any_sync groups the
 //              lanes with equal keys and the group's lowest lane adds the group size to
 //              table[warp][key]. Only the owning warp touches its row: no atomics.
-//   2. scan:   per key, the total over segments; a block-wide exclusive scan of the totals is
-//              m_indptr (the offset of key E_local = the number of local pairs); then
-//              table[s][key] = m_indptr[key] + the count of key in segments < s.
-//   3. place:  each warp walks its segment again in the same order; a pair's row is
-//              table[warp][key] + (lanes of its group below it), and the group's lowest lane
-//              advances table[warp][key] by the group size.
-// Counts and rows are < 2^16 (num_pairs <= kSingleMaxPairs), hence uint16. The number of
-// segments shrinks when E_local + 1 keys times 32 segments would overflow the table.
-constexpr int kSingleThreads = 1024;
-constexpr int kSingleWarps = kSingleThreads / 32;
-constexpr int64_t kSingleMaxPairs = 8192;
-// The automatic choice stops below that: one block's scattered row writes (3 per pair, one SM)
-// made it 40 us at 8192 pairs on the H200, where the radix path's five kernels take ~15-24
-// (ncu; perf.md, tenth session). At 1024 pairs it is 10 us.
-constexpr int64_t kSingleAutoMaxPairs = 2048;
-constexpr int64_t kSingleMaxExperts = 1024;
+//   2. offsets: per key, the running sum over the segments (table -> offsets within the run),
+//              the total over the chunk, and over all blocks the pairs of that key in total and
+//              in earlier blocks; one block scan of (total over all blocks, total over the chunk)
+//              packed in 64 bits gives the key's first global row (= m_indptr) and its first
+//              chunk-local row.
+//   3. place:  each warp walks its segment again in the same order; a pair's offset in its run
+//              is table[warp][key] + (lanes of its group below it); it writes row_of_pair
+//              (coalesced: consecutive pairs) and its pair into staged[chunk-local row].
+//   4. write:  one pass over the chunk-local rows writes sorted_pair / _expert / _token: rows of
+//              one key are consecutive in both orders, so the stores coalesce. (Writing them
+//              from phase 3, scattered, made one block take 10 us at 1024 pairs and 40 us at
+//              8192 on the H200; perf.md, eleventh session.)
+// Rows within a chunk are < 2^16 (chunk <= kMaxChunk), hence uint16 in the table.
+constexpr int kSortThreads = 1024;
+constexpr int kSortWarps = kSortThreads / 32;
+constexpr int64_t kMaxChunk = 8192;   // pairs per block: the single block's limit too
+constexpr int64_t kMaxExperts = 1024;
 constexpr int kKeysPerThread = 2;     // keys [0, E_local] over the block for the scan
-constexpr int kTableEntries = 20480;  // 40 KB of uint16: >= 19 segments at E_local = 1024
-static_assert(kKeysPerThread * kSingleThreads >= kSingleMaxExperts + 1,
-              "the scan must cover every key");
-static_assert(kTableEntries >= kSingleMaxExperts + 1, "the table must hold one segment");
-static_assert(kSingleMaxPairs <= std::numeric_limits<uint16_t>::max(), "rows must fit uint16");
+constexpr int kTableEntries = 16384;  // 32 KB of uint16: >= 15 segments at E_local = 1024
+// The automatic choice takes one block up to here, more blocks past it (perf.md, tenth and
+// eleventh sessions: one SM's writes cost more than a second launch past ~2048 pairs).
+constexpr int64_t kSingleAutoMaxPairs = 2048;
+constexpr int kMultiMaxBlocks = 64;
+constexpr int64_t kMultiMinChunk = 512;
+static_assert(kKeysPerThread * kSortThreads >= kMaxExperts + 1, "the scan must cover every key");
+static_assert(kTableEntries >= kMaxExperts + 1, "the table must hold one segment");
+static_assert(kMaxChunk <= std::numeric_limits<uint16_t>::max(), "rows must fit uint16");
 
-using SingleBlockScan = cub::BlockScan<int32_t, kSingleThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+using SortScan = cub::BlockScan<uint64_t, kSortThreads, cub::BLOCK_SCAN_WARP_SCANS>;
 
-struct SingleBlockStorage {
-  uint16_t table[kTableEntries];  // (num_segments, E_local + 1)
-  SingleBlockScan::TempStorage scan;
+// As many segments as the table holds, at most one per warp, and no more than one per 32 pairs
+// (a shorter segment would leave lanes idle and add offset work for nothing).
+int32_t sort_segments(int64_t chunk, int32_t num_keys) {
+  return std::max(1, std::min({kSortWarps, static_cast<int32_t>((chunk + 31) / 32),
+                               kTableEntries / num_keys}));
+}
+
+// The dynamic shared memory of one block, carved in this order (16-byte aligned pieces).
+struct SortSmemLayout {
+  size_t table = 0, keys = 0, staged = 0, local_first = 0, global_first = 0, bytes = 0;
+  __host__ __device__ SortSmemLayout(int32_t num_segments, int32_t num_keys, int32_t chunk) {
+    auto take = [this](size_t n) {
+      const size_t at = bytes;
+      bytes += (n + 15) / 16 * 16;
+      return at;
+    };
+    table = take(sizeof(uint16_t) * num_segments * num_keys);
+    keys = take(sizeof(uint16_t) * chunk);
+    staged = take(sizeof(int32_t) * chunk);
+    local_first = take(sizeof(int32_t) * num_keys);
+    global_first = take(sizeof(int32_t) * num_keys);
+  }
 };
-static_assert(sizeof(SingleBlockStorage) <= 48 * 1024, "static shared memory is 48 KB");
+
+struct SortParams {
+  int64_t num_pairs = 0;
+  int32_t topk = 1;
+  const int32_t* expert_map = nullptr;
+  int64_t num_experts = 0;
+  int32_t num_local_experts = 0;
+  int32_t chunk = 0;  // pairs per block (the last block may have fewer)
+  int32_t num_segments = 1;
+  int32_t segment_len = 0;
+  // multi_block: (blocks, num_keys) block-major key counts of every block; null: one block.
+  const int32_t* block_counts = nullptr;
+  int32_t* m_indptr = nullptr;
+  int32_t* sorted_pair = nullptr;
+  int32_t* sorted_expert = nullptr;
+  int32_t* sorted_token = nullptr;
+  int32_t* row_of_pair = nullptr;
+};
+
+// multi_block's first pass: each block's count of every key, block-major.
+template <typename IdT>
+__global__ void __launch_bounds__(kSortThreads)
+    block_counts_kernel(const IdT* __restrict__ ids, SortParams p, int32_t* __restrict__ counts) {
+  __shared__ int32_t hist[kMaxExperts + 1];
+  const int32_t num_keys = p.num_local_experts + 1;
+  for (int32_t k = threadIdx.x; k < num_keys; k += kSortThreads) hist[k] = 0;
+  __syncthreads();
+  const int64_t begin = int64_t{blockIdx.x} * p.chunk, end = min(p.num_pairs, begin + p.chunk);
+  for (int64_t q = begin + threadIdx.x; q < end; q += kSortThreads)
+    atomicAdd(&hist[pair_key(ids, q, p.expert_map, p.num_experts, p.num_local_experts)], 1);
+  __syncthreads();
+  for (int32_t k = threadIdx.x; k < num_keys; k += kSortThreads)
+    counts[int64_t{blockIdx.x} * num_keys + k] = hist[k];
+}
 
 template <typename IdT>
-__global__ void __launch_bounds__(kSingleThreads)
-    single_block_permute_kernel(const IdT* __restrict__ ids, int32_t num_pairs, int32_t topk,
-                                const int32_t* __restrict__ expert_map, int64_t num_experts,
-                                int32_t num_local_experts, int32_t num_segments,
-                                int32_t segment_len, int32_t* __restrict__ m_indptr,
-                                int32_t* __restrict__ sorted_pair,
-                                int32_t* __restrict__ sorted_expert,
-                                int32_t* __restrict__ sorted_token,
-                                int32_t* __restrict__ row_of_pair) {
-  __shared__ SingleBlockStorage smem;
-  const int32_t num_keys = num_local_experts + 1;
-  for (int32_t i = threadIdx.x; i < num_segments * num_keys; i += kSingleThreads) smem.table[i] = 0;
+__global__ void __launch_bounds__(kSortThreads, 1)
+    counting_sort_kernel(const IdT* __restrict__ ids, const SortParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ typename SortScan::TempStorage scan_storage;
+  const int32_t num_keys = p.num_local_experts + 1;
+  const int64_t chunk_begin = int64_t{blockIdx.x} * p.chunk;
+  const int32_t chunk_pairs = static_cast<int32_t>(min(p.num_pairs - chunk_begin, int64_t{p.chunk}));
+  const SortSmemLayout layout(p.num_segments, num_keys, p.chunk);
+  uint16_t* const table = reinterpret_cast<uint16_t*>(smem + layout.table);
+  uint16_t* const keys = reinterpret_cast<uint16_t*>(smem + layout.keys);
+  int32_t* const staged = reinterpret_cast<int32_t*>(smem + layout.staged);
+  int32_t* const local_first = reinterpret_cast<int32_t*>(smem + layout.local_first);
+  int32_t* const global_first = reinterpret_cast<int32_t*>(smem + layout.global_first);
+
+  for (int32_t i = threadIdx.x; i < p.num_segments * num_keys; i += kSortThreads) table[i] = 0;
+#pragma unroll 4
+  for (int32_t q = threadIdx.x; q < chunk_pairs; q += kSortThreads)
+    keys[q] = static_cast<uint16_t>(
+        pair_key(ids, chunk_begin + q, p.expert_map, p.num_experts, p.num_local_experts));
   __syncthreads();
 
   const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const unsigned lanes_below = (1u << lane) - 1;
-  // Warp-uniform: a warp without a segment only helps with the scan.
-  const bool has_segment = warp < num_segments;
-  const int32_t seg_begin = has_segment ? warp * segment_len : 0;
-  const int32_t seg_end = has_segment ? min(num_pairs, seg_begin + segment_len) : 0;
-  uint16_t* const seg_table = smem.table + (has_segment ? warp : 0) * num_keys;
+  // Warp-uniform: a warp without a segment only helps with the offsets and the writes.
+  const bool has_segment = warp < p.num_segments;
+  const int32_t seg_begin = has_segment ? warp * p.segment_len : 0;
+  const int32_t seg_end = has_segment ? min(chunk_pairs, seg_begin + p.segment_len) : 0;
+  uint16_t* const seg_table = table + (has_segment ? warp : 0) * num_keys;
 
   // 1. Count each key per segment.
   for (int32_t base = seg_begin; base < seg_end; base += 32) {
-    const int32_t p = base + lane;
-    const int32_t key =
-        p < seg_end ? pair_key(ids, p, expert_map, num_experts, num_local_experts) : -1;
+    const int32_t q = base + lane;
+    const int32_t key = q < seg_end ? keys[q] : -1;
     const unsigned group = __match_any_sync(0xffffffffu, key);
     if (key >= 0 && lane == __ffs(group) - 1)
       seg_table[key] = static_cast<uint16_t>(seg_table[key] + __popc(group));
@@ -100,50 +174,117 @@ __global__ void __launch_bounds__(kSingleThreads)
   }
   __syncthreads();
 
-  // 2. Totals per key -> exclusive scan = m_indptr -> per-segment first rows. Thread i owns
-  // keys kKeysPerThread * i + j (a blocked arrangement, as BlockScan wants).
-  int32_t first_row[kKeysPerThread];
+  // 2. Offsets. Thread i owns keys kKeysPerThread * i + j (a blocked arrangement, as BlockScan
+  // wants); `totals` packs (pairs of the key in all blocks) << 32 | (pairs in this chunk).
+  uint64_t totals[kKeysPerThread];
+  int32_t earlier_blocks[kKeysPerThread];
 #pragma unroll
   for (int j = 0; j < kKeysPerThread; ++j) {
     const int32_t key = threadIdx.x * kKeysPerThread + j;
-    int32_t total = 0;
-    if (key < num_keys)
-      for (int32_t s = 0; s < num_segments; ++s) total += smem.table[s * num_keys + key];
-    first_row[j] = total;
+    int32_t in_chunk = 0, all = 0, earlier = 0;
+    if (key < num_keys) {
+      for (int32_t s = 0; s < p.num_segments; ++s) {
+        const int32_t count = table[s * num_keys + key];
+        table[s * num_keys + key] = static_cast<uint16_t>(in_chunk);
+        in_chunk += count;
+      }
+      all = in_chunk;
+      if (p.block_counts != nullptr) {
+        all = 0;
+#pragma unroll 8
+        for (int32_t b = 0; b < static_cast<int32_t>(gridDim.x); ++b) {
+          const int32_t count = p.block_counts[int64_t{b} * num_keys + key];
+          all += count;
+          earlier += b < static_cast<int32_t>(blockIdx.x) ? count : 0;
+        }
+      }
+    }
+    totals[j] = (static_cast<uint64_t>(all) << 32) | static_cast<uint32_t>(in_chunk);
+    earlier_blocks[j] = earlier;
   }
-  SingleBlockScan(smem.scan).ExclusiveSum(first_row, first_row);
+  // No carry crosses the halves: the chunk's pairs sum to < 2^32, and all pairs to < 2^31.
+  SortScan(scan_storage).ExclusiveSum(totals, totals);
 #pragma unroll
   for (int j = 0; j < kKeysPerThread; ++j) {
     const int32_t key = threadIdx.x * kKeysPerThread + j;
     if (key >= num_keys) continue;
-    m_indptr[key] = first_row[j];
-    int32_t row = first_row[j];
-    for (int32_t s = 0; s < num_segments; ++s) {
-      const int32_t count = smem.table[s * num_keys + key];
-      smem.table[s * num_keys + key] = static_cast<uint16_t>(row);
-      row += count;
-    }
+    const int32_t key_first = static_cast<int32_t>(totals[j] >> 32);
+    if (blockIdx.x == 0) p.m_indptr[key] = key_first;
+    local_first[key] = static_cast<int32_t>(totals[j] & 0xffffffffu);
+    global_first[key] = key_first + earlier_blocks[j];
   }
   __syncthreads();
 
   // 3. Place every pair, in pair order within its key.
   for (int32_t base = seg_begin; base < seg_end; base += 32) {
-    const int32_t p = base + lane;
-    const int32_t key =
-        p < seg_end ? pair_key(ids, p, expert_map, num_experts, num_local_experts) : -1;
+    const int32_t q = base + lane;
+    const int32_t key = q < seg_end ? keys[q] : -1;
     const unsigned group = __match_any_sync(0xffffffffu, key);
-    const int32_t row = key >= 0 ? seg_table[key] + __popc(group & lanes_below) : 0;
-    __syncwarp();  // every lane has read its group's first row before the leader advances it
+    const int32_t offset = key >= 0 ? seg_table[key] + __popc(group & lanes_below) : 0;
+    __syncwarp();  // every lane has read its group's offset before the leader advances it
     if (key >= 0 && lane == __ffs(group) - 1)
       seg_table[key] = static_cast<uint16_t>(seg_table[key] + __popc(group));
     __syncwarp();
     if (key >= 0) {
-      sorted_pair[row] = p;
-      sorted_expert[row] = key;
-      sorted_token[row] = p / topk;
-      row_of_pair[p] = key < num_local_experts ? row : -1;
+      staged[local_first[key] + offset] = q;
+      p.row_of_pair[chunk_begin + q] =
+          key < p.num_local_experts ? global_first[key] + offset : -1;
     }
   }
+  __syncthreads();
+
+  // 4. Write the sorted rows.
+  for (int32_t local = threadIdx.x; local < chunk_pairs; local += kSortThreads) {
+    const int32_t q = staged[local];
+    const int32_t key = keys[q];
+    const int32_t row = global_first[key] + (local - local_first[key]);
+    const int64_t pair = chunk_begin + q;
+    p.sorted_pair[row] = static_cast<int32_t>(pair);
+    p.sorted_expert[row] = key;
+    p.sorted_token[row] = static_cast<int32_t>(pair / p.topk);
+  }
+}
+
+// Pairs per block of the multi-block path: at least kMultiMinChunk, so that at most
+// kMultiMaxBlocks blocks cover the pairs.
+int64_t multi_chunk(int64_t num_pairs) {
+  return std::max<int64_t>(kMultiMinChunk, (num_pairs + kMultiMaxBlocks - 1) / kMultiMaxBlocks);
+}
+
+// One block over all pairs (multi = false), or multi_chunk(num_pairs) pairs per block.
+template <typename IdT>
+void launch_counting_sort(const PermuteArgs& a, const PermuteWorkspace& ws, bool multi,
+                          cudaStream_t stream) {
+  SortParams p;
+  p.num_pairs = ws.num_pairs;
+  p.topk = static_cast<int32_t>(a.topk);
+  p.expert_map = a.expert_map;
+  p.num_experts = a.num_experts;
+  p.num_local_experts = static_cast<int32_t>(a.num_local_experts);
+  p.chunk = static_cast<int32_t>(multi ? multi_chunk(ws.num_pairs) : ws.num_pairs);
+  const int32_t num_keys = p.num_local_experts + 1;
+  p.num_segments = sort_segments(p.chunk, num_keys);
+  p.segment_len = (p.chunk + p.num_segments - 1) / p.num_segments;
+  p.m_indptr = ws.m_indptr;
+  p.sorted_pair = ws.sorted_pair;
+  p.sorted_expert = ws.sorted_expert;
+  p.sorted_token = ws.sorted_token;
+  p.row_of_pair = ws.row_of_pair;
+  const auto blocks = static_cast<unsigned>((ws.num_pairs + p.chunk - 1) / p.chunk);
+  const IdT* ids = static_cast<const IdT*>(a.topk_ids);
+  if (multi) {
+    block_counts_kernel<IdT><<<blocks, kSortThreads, 0, stream>>>(ids, p, ws.block_counts);
+    MODMOE_CUDA_CHECK_LAUNCH();
+    p.block_counts = ws.block_counts;
+  }
+  const size_t smem = SortSmemLayout(p.num_segments, num_keys, p.chunk).bytes;
+  auto* kernel = &counting_sort_kernel<IdT>;
+  if (smem > 48 * 1024) {
+    MODMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)));
+  }
+  kernel<<<blocks, kSortThreads, smem, stream>>>(ids, p);
+  MODMOE_CUDA_CHECK_LAUNCH();
 }
 
 // ---- radix_sort path --------------------------------------------------------------------------
@@ -189,23 +330,6 @@ __global__ void row_maps_kernel(const int32_t* __restrict__ sorted_pair,
 int grid_for(int64_t work) {
   return static_cast<int>(std::min<int64_t>(blocks_for(work, kThreads), 65535));
 }
-
-template <typename IdT>
-void launch_single_block(const PermuteArgs& a, const PermuteWorkspace& ws, cudaStream_t stream) {
-  const int32_t pairs = static_cast<int32_t>(ws.num_pairs);
-  const int32_t num_keys = static_cast<int32_t>(a.num_local_experts) + 1;
-  // As many segments as the table holds, at most one per warp, and no more than one per 32
-  // pairs (a shorter segment would leave lanes idle and add scan work for nothing).
-  const int32_t num_segments =
-      std::max(1, std::min({kSingleWarps, (pairs + 31) / 32, kTableEntries / num_keys}));
-  const int32_t segment_len = (pairs + num_segments - 1) / num_segments;
-  single_block_permute_kernel<IdT><<<1, kSingleThreads, 0, stream>>>(
-      static_cast<const IdT*>(a.topk_ids), pairs, static_cast<int32_t>(a.topk), a.expert_map,
-      a.num_experts, static_cast<int32_t>(a.num_local_experts), num_segments, segment_len,
-      ws.m_indptr, ws.sorted_pair, ws.sorted_expert, ws.sorted_token, ws.row_of_pair);
-  MODMOE_CUDA_CHECK_LAUNCH();
-}
-
 void radix_sort_permute(const PermuteArgs& a, const PermuteWorkspace& ws, cudaStream_t stream) {
   const int32_t pairs = static_cast<int32_t>(ws.num_pairs);
   const int32_t e_local = static_cast<int32_t>(a.num_local_experts);
@@ -237,7 +361,11 @@ void radix_sort_permute(const PermuteArgs& a, const PermuteWorkspace& ws, cudaSt
 }  // namespace
 
 bool permute_single_block_fits(int64_t num_pairs, int64_t num_local_experts) {
-  return num_pairs <= kSingleMaxPairs && num_local_experts <= kSingleMaxExperts;
+  return num_pairs <= kMaxChunk && num_local_experts <= kMaxExperts;
+}
+
+bool permute_multi_block_fits(int64_t num_pairs, int64_t num_local_experts) {
+  return multi_chunk(num_pairs) <= kMaxChunk && num_local_experts <= kMaxExperts;
 }
 
 bool permute_single_block_preferred(int64_t num_pairs, int64_t num_local_experts) {
@@ -273,6 +401,9 @@ PermuteWorkspace PermuteWorkspace::carve(ByteCarver& carver, int64_t num_pairs,
   ws.keys = carver.take<uint32_t>(num_pairs);
   ws.pair_ids = carver.take<int32_t>(num_pairs);
   ws.sort_temp = carver.take_bytes(ws.sort_temp_bytes);
+  // multi_block's per-block key counts: only where that path can run.
+  ws.block_counts = carver.take<int32_t>(
+      num_local_experts <= kMaxExperts ? int64_t{kMultiMaxBlocks} * (num_local_experts + 1) : 0);
   return ws;
 }
 
@@ -292,11 +423,15 @@ void permute(const PermuteArgs& a, const PermuteWorkspace& ws, cudaStream_t stre
       << kFn << ": need 1 <= E_local <= E, got E = " << a.num_experts
       << ", E_local = " << a.num_local_experts;
   MODMOE_CHECK(ws.m_indptr != nullptr) << kFn << ": the workspace has no memory (sizing carve?)";
-  const bool single_block = permute_single_block_fits(num_pairs, a.num_local_experts);
-  const bool preferred = permute_single_block_preferred(num_pairs, a.num_local_experts);
-  MODMOE_CHECK(a.force_path != PermutePath::single_block || single_block)
-      << kFn << ": force_path = single_block needs num_pairs <= " << kSingleMaxPairs
-      << " and E_local <= " << kSingleMaxExperts << ", got num_pairs = " << num_pairs
+  const bool single_fits = permute_single_block_fits(num_pairs, a.num_local_experts);
+  const bool multi_fits = permute_multi_block_fits(num_pairs, a.num_local_experts);
+  MODMOE_CHECK(a.force_path != PermutePath::single_block || single_fits)
+      << kFn << ": force_path = single_block needs num_pairs <= " << kMaxChunk
+      << " and E_local <= " << kMaxExperts << ", got num_pairs = " << num_pairs
+      << ", E_local = " << a.num_local_experts;
+  MODMOE_CHECK(a.force_path != PermutePath::multi_block || multi_fits)
+      << kFn << ": force_path = multi_block needs num_pairs <= " << kMultiMaxBlocks * kMaxChunk
+      << " and E_local <= " << kMaxExperts << ", got num_pairs = " << num_pairs
       << ", E_local = " << a.num_local_experts;
 
   if (num_pairs == 0) {
@@ -304,13 +439,18 @@ void permute(const PermuteArgs& a, const PermuteWorkspace& ws, cudaStream_t stre
         cudaMemsetAsync(ws.m_indptr, 0, sizeof(int32_t) * (a.num_local_experts + 1), stream));
     return;
   }
-  if (a.force_path == PermutePath::radix_sort ||
-      (a.force_path == PermutePath::automatic && !preferred)) {
-    radix_sort_permute(a, ws, stream);
-  } else if (a.ids_dtype == DType::int64) {
-    launch_single_block<int64_t>(a, ws, stream);
+  PermutePath path = a.force_path;
+  if (path == PermutePath::automatic) {
+    path = permute_single_block_preferred(num_pairs, a.num_local_experts) ? PermutePath::single_block
+           : multi_fits                                                   ? PermutePath::multi_block
+                                                                          : PermutePath::radix_sort;
+  }
+  if (path == PermutePath::radix_sort) return radix_sort_permute(a, ws, stream);
+  const bool multi = path == PermutePath::multi_block;
+  if (a.ids_dtype == DType::int64) {
+    launch_counting_sort<int64_t>(a, ws, multi, stream);
   } else {
-    launch_single_block<int32_t>(a, ws, stream);
+    launch_counting_sort<int32_t>(a, ws, multi, stream);
   }
 }
 

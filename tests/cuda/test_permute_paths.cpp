@@ -1,12 +1,14 @@
-// The two implementations of cuda::permute (src/cuda/permute.h) on the same inputs:
+// The three implementations of cuda::permute (src/cuda/permute.h) on the same inputs:
 //   single_block  the one-launch counting sort for small problems (decode)
+//   multi_block   the same counting sort by up to 64 blocks after a counting launch
 //   radix_sort    CUB DeviceRadixSort + two kernels
 // must give identical outputs (m_indptr, sorted_pair, sorted_expert, sorted_token, row_of_pair),
-// and both must equal a host counting sort. The routings mix local pairs, pairs mapped to -1,
+// and each must equal a host counting sort. The routings mix local pairs, pairs mapped to -1,
 // ids outside [0, E) and map entries outside [0, E_local), skewed towards a few experts so that
-// many equal keys meet in one warp. Sizes cover E_local in {1, 8, 256, 1000} and num_pairs in
-// {1, 7, 1024, 8192} (8192 x 1000: fewer segments than warps, segments not a multiple of 32),
-// with int32 and int64 ids. Outputs live in workspaces poisoned with 0x5a bytes.
+// many equal keys meet in one warp. Sizes cover E_local in {1, 8, 256, 1000, 1024} and
+// num_pairs in {1, 7, 1024, 8192} for the single block (8192 x 1000: fewer segments than warps,
+// segments not a multiple of 32) and up to 524288 for the multi-block sort, with int32 and
+// int64 ids. Outputs live in workspaces poisoned with 0x5a bytes.
 #include <cuda_runtime.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -209,8 +211,45 @@ TEST(CudaPermutePaths, SingleBlockAndRadixSortGiveIdenticalOutputs) {
   }
 }
 
-// The automatic choice takes the single block exactly where it fits, and gives the same
-// result on either side of the limits; forcing the single block past them is an error.
+// The multi-block counting sort against the radix path and the host, from 1 pair (one block)
+// to 100003 (64 blocks of 1563, the last one shorter) and 524288 (its limit: 64 blocks of 8192,
+// the most shared memory a block takes at E_local = 1024), E_local up to 1024 (the fewest
+// segments per block), int32 and int64 ids.
+TEST(CudaPermutePaths, MultiBlockGivesIdenticalOutputs) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession s;
+  struct Pairs {
+    int64_t M, topk;
+  };
+  const Pairs pair_counts[] = {{1, 1}, {1, 7}, {1024, 8}, {8192, 8}, {100003, 1}, {65536, 8}};
+  for (const int64_t E_local : {1, 8, 256, 1000, 1024}) {
+    for (const Pairs& pc : pair_counts) {
+      for (const bool int64_ids : {false, true}) {
+        const bool with_map = int64_ids || E_local == 1;
+        const unsigned seed = static_cast<unsigned>(E_local * 7907 + pc.M * 37 + pc.topk +
+                                                    (int64_ids ? 1000033 : 0));
+        std::mt19937 rng(seed);
+        const Routing r = random_routing(pc.M, pc.topk, E_local, with_map, rng);
+        const int64_t P = pc.M * pc.topk;
+        const std::string where = "pairs=" + std::to_string(P) + " E_local=" +
+                                  std::to_string(E_local) + (int64_ids ? " int64" : " int32") +
+                                  " seed=" + std::to_string(seed);
+        ASSERT_TRUE(cuda::permute_multi_block_fits(P, E_local)) << where;
+        const DeviceRouting d(s, r, int64_ids);
+        DeviceWorkspace multi(s, P, E_local), radix(s, P, E_local);
+        cuda::permute(d.args(r, cuda::PermutePath::multi_block), multi.ws, s.stream());
+        cuda::permute(d.args(r, cuda::PermutePath::radix_sort), radix.ws, s.stream());
+        const Outputs multi_out = multi.download_all(s);
+        expect_same(multi_out, radix.download_all(s), where + " multi_block vs radix_sort");
+        expect_same(multi_out, host_permute(r), where + " multi_block vs host");
+      }
+    }
+  }
+}
+
+// The automatic choice takes the single block up to 2048 pairs, the multi-block sort past that
+// while it fits, then the radix sort, with the same result on either side of each limit;
+// forcing a counting sort past its limits is an error.
 TEST(CudaPermutePaths, AutomaticChoiceAndLimits) {
   MODMOE_REQUIRE_GPU();
   CudaSession s;
@@ -221,11 +260,15 @@ TEST(CudaPermutePaths, AutomaticChoiceAndLimits) {
   EXPECT_TRUE(cuda::permute_single_block_preferred(2048, 1024));
   EXPECT_FALSE(cuda::permute_single_block_preferred(2049, 16));
   EXPECT_FALSE(cuda::permute_single_block_preferred(16, 1025));
+  EXPECT_TRUE(cuda::permute_multi_block_fits(64 * 8192, 1024));
+  EXPECT_FALSE(cuda::permute_multi_block_fits(64 * 8192 + 1, 16));
+  EXPECT_FALSE(cuda::permute_multi_block_fits(4096, 1025));
 
   struct Case {
     int64_t M, topk, E_local;
   };
-  for (const Case& c : {Case{1024, 8, 1024}, Case{1025, 8, 16}, Case{3, 8, 1025}}) {
+  for (const Case& c : {Case{256, 8, 1024}, Case{257, 8, 16}, Case{1024, 8, 1024},
+                        Case{1025, 8, 16}, Case{3, 8, 1025}, Case{65537, 8, 16}}) {
     const unsigned seed = static_cast<unsigned>(c.M * 13 + c.E_local);
     std::mt19937 rng(seed);
     const Routing r = random_routing(c.M, c.topk, c.E_local, /*with_map=*/true, rng);
@@ -246,15 +289,25 @@ TEST(CudaPermutePaths, AutomaticChoiceAndLimits) {
                   HasSubstr("force_path = single_block needs num_pairs <= 8192"))
           << where;
     }
+    if (!cuda::permute_multi_block_fits(P, c.E_local)) {
+      DeviceWorkspace forced(s, P, c.E_local);
+      EXPECT_THAT(error_of([&] {
+                    cuda::permute(d.args(r, cuda::PermutePath::multi_block), forced.ws,
+                                  s.stream());
+                  }),
+                  HasSubstr("force_path = multi_block needs num_pairs <= 524288"))
+          << where;
+    }
   }
 }
 
-// No pairs: both paths leave an all-zero m_indptr.
+// No pairs: every path leaves an all-zero m_indptr.
 TEST(CudaPermutePaths, NoPairsOnEitherPath) {
   MODMOE_REQUIRE_GPU();
   CudaSession s;
-  for (const cuda::PermutePath path :
-       {cuda::PermutePath::single_block, cuda::PermutePath::radix_sort}) {
+  for (const cuda::PermutePath path : {cuda::PermutePath::single_block,
+                                        cuda::PermutePath::radix_sort,
+                                        cuda::PermutePath::multi_block}) {
     DeviceWorkspace w(s, 0, 5);
     cuda::PermuteArgs a;
     a.num_tokens = 0;
