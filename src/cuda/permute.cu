@@ -5,7 +5,6 @@
 //                 Two launches plus CUB's.
 // None uses global float atomics or synchronizes with the host.
 #include <algorithm>
-#include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <limits>
 
@@ -40,40 +39,36 @@ int key_bits(int64_t num_local_experts) {
 //   table   (segments, keys)    uint16: first the count of each key per segment, then the offset
 //                               of the segment's first pair within the chunk's run of that key
 //   staged  (chunk)             chunk-local row -> pair (within the chunk)
-//   local_first, global_first   per key: the chunk-local row of its run, and the global row
+//   local_first, global_first, earlier_pairs
+//                               per key: the chunk-local row of its run, the global row, and
+//                               (multi_block) its pairs in earlier blocks
 // Phases:
 //   1. count:  each warp walks its segment 32 pairs at a time; __match_any_sync groups the
 //              lanes with equal keys and the group's lowest lane adds the group size to
 //              table[warp][key]. Only the owning warp touches its row: no atomics.
 //   2. offsets: per key, the running sum over the segments (table -> offsets within the run),
 //              the total over the chunk, and over all blocks the pairs of that key in total and
-//              in earlier blocks; one block scan of (total over all blocks, total over the chunk)
-//              packed in 64 bits gives the key's first global row (= m_indptr) and its first
-//              chunk-local row.
+//              in earlier blocks; one warp's scan of the totals gives each key's first global
+//              row (= m_indptr) and its first chunk-local row.
 //   3. place:  each warp walks its segment again in the same order; a pair's offset in its run
 //              is table[warp][key] + (lanes of its group below it); it writes row_of_pair
 //              (coalesced: consecutive pairs) and its pair into staged[chunk-local row].
 //   4. write:  one pass over the chunk-local rows writes sorted_pair / _expert / _token: rows of
 //              one key are consecutive in both orders, so the stores coalesce. (Writing them
-//              from phase 3, scattered, made one block take 10 us at 1024 pairs and 40 us at
-//              8192 on the H200; perf.md, eleventh session.)
+//              from phase 3, scattered, made one block take 40 us at 8192 pairs on the H200.)
 // Rows within a chunk are < 2^16 (chunk <= kMaxChunk), hence uint16 in the table.
 constexpr int kSortThreads = 1024;
 constexpr int kSortWarps = kSortThreads / 32;
 constexpr int64_t kMaxChunk = 8192;   // pairs per block: the single block's limit too
 constexpr int64_t kMaxExperts = 1024;
-constexpr int kKeysPerThread = 2;     // keys [0, E_local] over the block for the scan
 constexpr int kTableEntries = 16384;  // 32 KB of uint16: >= 15 segments at E_local = 1024
 // The automatic choice takes one block up to here, more blocks past it (perf.md, tenth and
 // eleventh sessions: one SM's writes cost more than a second launch past ~2048 pairs).
 constexpr int64_t kSingleAutoMaxPairs = 2048;
 constexpr int kMultiMaxBlocks = 64;
 constexpr int64_t kMultiMinChunk = 512;
-static_assert(kKeysPerThread * kSortThreads >= kMaxExperts + 1, "the scan must cover every key");
 static_assert(kTableEntries >= kMaxExperts + 1, "the table must hold one segment");
 static_assert(kMaxChunk <= std::numeric_limits<uint16_t>::max(), "rows must fit uint16");
-
-using SortScan = cub::BlockScan<uint64_t, kSortThreads, cub::BLOCK_SCAN_WARP_SCANS>;
 
 // As many segments as the table holds, at most one per warp, and no more than one per 32 pairs
 // (a shorter segment would leave lanes idle and add offset work for nothing).
@@ -84,7 +79,8 @@ int32_t sort_segments(int64_t chunk, int32_t num_keys) {
 
 // The dynamic shared memory of one block, carved in this order (16-byte aligned pieces).
 struct SortSmemLayout {
-  size_t table = 0, keys = 0, staged = 0, local_first = 0, global_first = 0, bytes = 0;
+  size_t table = 0, keys = 0, staged = 0, local_first = 0, global_first = 0, earlier_pairs = 0;
+  size_t bytes = 0;
   __host__ __device__ SortSmemLayout(int32_t num_segments, int32_t num_keys, int32_t chunk) {
     auto take = [this](size_t n) {
       const size_t at = bytes;
@@ -96,6 +92,7 @@ struct SortSmemLayout {
     staged = take(sizeof(int32_t) * chunk);
     local_first = take(sizeof(int32_t) * num_keys);
     global_first = take(sizeof(int32_t) * num_keys);
+    earlier_pairs = take(sizeof(int32_t) * num_keys);
   }
 };
 
@@ -137,7 +134,6 @@ template <typename IdT>
 __global__ void __launch_bounds__(kSortThreads, 1)
     counting_sort_kernel(const IdT* __restrict__ ids, const SortParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ typename SortScan::TempStorage scan_storage;
   const int32_t num_keys = p.num_local_experts + 1;
   const int64_t chunk_begin = int64_t{blockIdx.x} * p.chunk;
   const int32_t chunk_pairs = static_cast<int32_t>(min(p.num_pairs - chunk_begin, int64_t{p.chunk}));
@@ -147,9 +143,9 @@ __global__ void __launch_bounds__(kSortThreads, 1)
   int32_t* const staged = reinterpret_cast<int32_t*>(smem + layout.staged);
   int32_t* const local_first = reinterpret_cast<int32_t*>(smem + layout.local_first);
   int32_t* const global_first = reinterpret_cast<int32_t*>(smem + layout.global_first);
+  int32_t* const earlier_pairs = reinterpret_cast<int32_t*>(smem + layout.earlier_pairs);
 
   for (int32_t i = threadIdx.x; i < p.num_segments * num_keys; i += kSortThreads) table[i] = 0;
-#pragma unroll 4
   for (int32_t q = threadIdx.x; q < chunk_pairs; q += kSortThreads)
     keys[q] = static_cast<uint16_t>(
         pair_key(ids, chunk_begin + q, p.expert_map, p.num_experts, p.num_local_experts));
@@ -174,44 +170,61 @@ __global__ void __launch_bounds__(kSortThreads, 1)
   }
   __syncthreads();
 
-  // 2. Offsets. Thread i owns keys kKeysPerThread * i + j (a blocked arrangement, as BlockScan
-  // wants); `totals` packs (pairs of the key in all blocks) << 32 | (pairs in this chunk).
-  uint64_t totals[kKeysPerThread];
-  int32_t earlier_blocks[kKeysPerThread];
-#pragma unroll
-  for (int j = 0; j < kKeysPerThread; ++j) {
-    const int32_t key = threadIdx.x * kKeysPerThread + j;
-    int32_t in_chunk = 0, all = 0, earlier = 0;
-    if (key < num_keys) {
-      for (int32_t s = 0; s < p.num_segments; ++s) {
-        const int32_t count = table[s * num_keys + key];
-        table[s * num_keys + key] = static_cast<uint16_t>(in_chunk);
-        in_chunk += count;
-      }
-      all = in_chunk;
-      if (p.block_counts != nullptr) {
-        all = 0;
-#pragma unroll 8
-        for (int32_t b = 0; b < static_cast<int32_t>(gridDim.x); ++b) {
-          const int32_t count = p.block_counts[int64_t{b} * num_keys + key];
-          all += count;
-          earlier += b < static_cast<int32_t>(blockIdx.x) ? count : 0;
-        }
+  // 2a. Per key: the running sum over the segments (table -> offsets within the key's run), the
+  // pairs in this chunk, and (multi_block) the pairs in all blocks and in earlier blocks.
+  for (int32_t key = threadIdx.x; key < num_keys; key += kSortThreads) {
+    int32_t in_chunk = 0;
+    for (int32_t s = 0; s < p.num_segments; ++s) {
+      const int32_t count = table[s * num_keys + key];
+      table[s * num_keys + key] = static_cast<uint16_t>(in_chunk);
+      in_chunk += count;
+    }
+    int32_t all = in_chunk, earlier = 0;
+    if (p.block_counts != nullptr) {
+      all = 0;
+      for (int32_t b = 0; b < static_cast<int32_t>(gridDim.x); ++b) {
+        const int32_t count = p.block_counts[int64_t{b} * num_keys + key];
+        all += count;
+        earlier += b < static_cast<int32_t>(blockIdx.x) ? count : 0;
       }
     }
-    totals[j] = (static_cast<uint64_t>(all) << 32) | static_cast<uint32_t>(in_chunk);
-    earlier_blocks[j] = earlier;
+    local_first[key] = in_chunk;
+    global_first[key] = all;
+    earlier_pairs[key] = earlier;
   }
-  // No carry crosses the halves: the chunk's pairs sum to < 2^32, and all pairs to < 2^31.
-  SortScan(scan_storage).ExclusiveSum(totals, totals);
+  __syncthreads();
+  // 2b. One warp turns the totals into exclusive prefix sums (m_indptr, the chunk's first rows):
+  // lane l takes a contiguous run of keys, and __shfl_up_sync scans the runs' sums. A block-wide
+  // scan had all 32 warps run it for at most 1025 keys: 43 % of the kernel's instructions at
+  // 1024 pairs (ncu, eleventh session).
+  if (warp == 0) {
+    const int32_t per_lane = (num_keys + 31) / 32;
+    const int32_t first_key = min(num_keys, lane * per_lane);
+    const int32_t end_key = min(num_keys, first_key + per_lane);
+    int32_t run_all = 0, run_chunk = 0;
+    for (int32_t key = first_key; key < end_key; ++key) {
+      run_all += global_first[key];
+      run_chunk += local_first[key];
+    }
+    int32_t scan_all = run_all, scan_chunk = run_chunk;  // inclusive over lanes
 #pragma unroll
-  for (int j = 0; j < kKeysPerThread; ++j) {
-    const int32_t key = threadIdx.x * kKeysPerThread + j;
-    if (key >= num_keys) continue;
-    const int32_t key_first = static_cast<int32_t>(totals[j] >> 32);
-    if (blockIdx.x == 0) p.m_indptr[key] = key_first;
-    local_first[key] = static_cast<int32_t>(totals[j] & 0xffffffffu);
-    global_first[key] = key_first + earlier_blocks[j];
+    for (int d = 1; d < 32; d *= 2) {
+      const int32_t up_all = __shfl_up_sync(0xffffffffu, scan_all, d);
+      const int32_t up_chunk = __shfl_up_sync(0xffffffffu, scan_chunk, d);
+      if (lane >= d) {
+        scan_all += up_all;
+        scan_chunk += up_chunk;
+      }
+    }
+    int32_t row_all = scan_all - run_all, row_chunk = scan_chunk - run_chunk;
+    for (int32_t key = first_key; key < end_key; ++key) {
+      const int32_t all = global_first[key], in_chunk = local_first[key];
+      if (blockIdx.x == 0) p.m_indptr[key] = row_all;
+      global_first[key] = row_all + earlier_pairs[key];
+      local_first[key] = row_chunk;
+      row_all += all;
+      row_chunk += in_chunk;
+    }
   }
   __syncthreads();
 
