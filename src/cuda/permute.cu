@@ -35,7 +35,7 @@ int key_bits(int64_t num_local_experts) {
 //
 // Inside a block the pairs are cut into `num_segments` contiguous segments, one per warp, and
 // shared memory holds:
-//   keys    (chunk)             each pair's key, read from global memory once, all loads in flight
+//   keys    (chunk)             each pair's key, read from global memory once
 //   table   (segments, keys)    uint16: first the count of each key per segment, then the offset
 //                               of the segment's first pair within the chunk's run of that key
 //   staged  (chunk)             chunk-local row -> pair (within the chunk)
@@ -56,14 +56,18 @@ int key_bits(int64_t num_local_experts) {
 //   4. write:  one pass over the chunk-local rows writes sorted_pair / _expert / _token: rows of
 //              one key are consecutive in both orders, so the stores coalesce. (Writing them
 //              from phase 3, scattered, made one block take 40 us at 8192 pairs on the H200.)
-// Rows within a chunk are < 2^16 (chunk <= kMaxChunk), hence uint16 in the table.
+// Rows within a chunk are < 2^16 (chunk <= kMaxChunk), hence uint16 in the table. The shared
+// memory is at most ~90 KB (8192 pairs, 1024 local experts): within the 99 KB a block may opt
+// into on sm86/sm89, the smallest of the GPUs this backend targets.
 constexpr int kSortThreads = 1024;
 constexpr int kSortWarps = kSortThreads / 32;
 constexpr int64_t kMaxChunk = 8192;   // pairs per block: the single block's limit too
 constexpr int64_t kMaxExperts = 1024;
 constexpr int kTableEntries = 16384;  // 32 KB of uint16: >= 15 segments at E_local = 1024
-// The automatic choice takes one block up to here, more blocks past it (perf.md, tenth and
-// eleventh sessions: one SM's writes cost more than a second launch past ~2048 pairs).
+// The automatic choice takes one block up to here, more blocks past it. One block's time grows
+// with the pairs (5.2 us at 128, 10.3 at 2048; ncu, H200) while the two launches of the
+// multi-block path take ~10 us from 4096 to 8192 pairs (perf.md, eleventh session); the
+// crossover between 1024 and 4096 pairs was not measured finer.
 constexpr int64_t kSingleAutoMaxPairs = 2048;
 constexpr int kMultiMaxBlocks = 64;
 constexpr int64_t kMultiMinChunk = 512;

@@ -174,38 +174,45 @@ void expect_same(const Outputs& got, const Outputs& want, const std::string& wha
   EXPECT_EQ(got.row_of_pair, want.row_of_pair) << what << ": row_of_pair";
 }
 
+struct Pairs {
+  int64_t M, topk;
+};
+
+// One random routing through `path` and through the radix sort; both must equal the host sort.
+// Without a map every id is its own local expert; with one (int64 ids, or E_local = 1), E > E_local.
+void expect_path_matches_radix_and_host(const CudaSession& s, cuda::PermutePath path,
+                                        const std::string& path_name, const Pairs& pc,
+                                        int64_t E_local, bool int64_ids, unsigned seed) {
+  const bool with_map = int64_ids || E_local == 1;
+  std::mt19937 rng(seed);
+  const Routing r = random_routing(pc.M, pc.topk, E_local, with_map, rng);
+  const int64_t P = pc.M * pc.topk;
+  const std::string where = "pairs=" + std::to_string(P) + " (M=" + std::to_string(pc.M) +
+                            " topk=" + std::to_string(pc.topk) + ") E=" + std::to_string(r.E) +
+                            " E_local=" + std::to_string(E_local) +
+                            (int64_ids ? " int64" : " int32") + (with_map ? " map" : " no map") +
+                            " seed=" + std::to_string(seed);
+  const DeviceRouting d(s, r, int64_ids);
+  DeviceWorkspace got(s, P, E_local), radix(s, P, E_local);
+  cuda::permute(d.args(r, path), got.ws, s.stream());
+  cuda::permute(d.args(r, cuda::PermutePath::radix_sort), radix.ws, s.stream());
+  const Outputs out = got.download_all(s);
+  expect_same(out, radix.download_all(s), where + " " + path_name + " vs radix_sort");
+  expect_same(out, host_permute(r), where + " " + path_name + " vs host");
+}
+
 TEST(CudaPermutePaths, SingleBlockAndRadixSortGiveIdenticalOutputs) {
   MODMOE_REQUIRE_GPU();
   CudaSession s;
-  struct Pairs {
-    int64_t M, topk;
-  };
   const Pairs pair_counts[] = {{1, 1}, {1, 7}, {128, 8}, {1024, 8}};
-  // E_local = 1024 at 8192 pairs: the fewest segments (19) and the fullest scan table.
+  // E_local = 1024 at 8192 pairs: the fewest segments (15) and the most shared memory (~90 KB).
   for (const int64_t E_local : {1, 8, 256, 1000, 1024}) {
     for (const Pairs& pc : pair_counts) {
       for (const bool int64_ids : {false, true}) {
-        // Without a map every id is its own local expert; with one, E > E_local.
-        const bool with_map = int64_ids || E_local == 1;
-        const unsigned seed =
-            static_cast<unsigned>(E_local * 7919 + pc.M * 31 + pc.topk + (int64_ids ? 1000003 : 0));
-        std::mt19937 rng(seed);
-        const Routing r = random_routing(pc.M, pc.topk, E_local, with_map, rng);
-        const int64_t P = pc.M * pc.topk;
-        const std::string where =
-            "pairs=" + std::to_string(P) + " (M=" + std::to_string(pc.M) +
-            " topk=" + std::to_string(pc.topk) + ") E=" + std::to_string(r.E) +
-            " E_local=" + std::to_string(E_local) + (int64_ids ? " int64" : " int32") +
-            (with_map ? " map" : " no map") + " seed=" + std::to_string(seed);
-        ASSERT_TRUE(cuda::permute_single_block_fits(P, E_local)) << where;
-
-        const DeviceRouting d(s, r, int64_ids);
-        DeviceWorkspace single(s, P, E_local), radix(s, P, E_local);
-        cuda::permute(d.args(r, cuda::PermutePath::single_block), single.ws, s.stream());
-        cuda::permute(d.args(r, cuda::PermutePath::radix_sort), radix.ws, s.stream());
-        const Outputs single_out = single.download_all(s);
-        expect_same(single_out, radix.download_all(s), where + " single_block vs radix_sort");
-        expect_same(single_out, host_permute(r), where + " single_block vs host");
+        ASSERT_TRUE(cuda::permute_single_block_fits(pc.M * pc.topk, E_local));
+        expect_path_matches_radix_and_host(
+            s, cuda::PermutePath::single_block, "single_block", pc, E_local, int64_ids,
+            static_cast<unsigned>(E_local * 7919 + pc.M * 31 + pc.topk + (int64_ids ? 1000003 : 0)));
       }
     }
   }
@@ -218,30 +225,14 @@ TEST(CudaPermutePaths, SingleBlockAndRadixSortGiveIdenticalOutputs) {
 TEST(CudaPermutePaths, MultiBlockGivesIdenticalOutputs) {
   MODMOE_REQUIRE_GPU();
   CudaSession s;
-  struct Pairs {
-    int64_t M, topk;
-  };
   const Pairs pair_counts[] = {{1, 1}, {1, 7}, {1024, 8}, {8192, 8}, {100003, 1}, {65536, 8}};
   for (const int64_t E_local : {1, 8, 256, 1000, 1024}) {
     for (const Pairs& pc : pair_counts) {
       for (const bool int64_ids : {false, true}) {
-        const bool with_map = int64_ids || E_local == 1;
-        const unsigned seed = static_cast<unsigned>(E_local * 7907 + pc.M * 37 + pc.topk +
-                                                    (int64_ids ? 1000033 : 0));
-        std::mt19937 rng(seed);
-        const Routing r = random_routing(pc.M, pc.topk, E_local, with_map, rng);
-        const int64_t P = pc.M * pc.topk;
-        const std::string where = "pairs=" + std::to_string(P) + " E_local=" +
-                                  std::to_string(E_local) + (int64_ids ? " int64" : " int32") +
-                                  " seed=" + std::to_string(seed);
-        ASSERT_TRUE(cuda::permute_multi_block_fits(P, E_local)) << where;
-        const DeviceRouting d(s, r, int64_ids);
-        DeviceWorkspace multi(s, P, E_local), radix(s, P, E_local);
-        cuda::permute(d.args(r, cuda::PermutePath::multi_block), multi.ws, s.stream());
-        cuda::permute(d.args(r, cuda::PermutePath::radix_sort), radix.ws, s.stream());
-        const Outputs multi_out = multi.download_all(s);
-        expect_same(multi_out, radix.download_all(s), where + " multi_block vs radix_sort");
-        expect_same(multi_out, host_permute(r), where + " multi_block vs host");
+        ASSERT_TRUE(cuda::permute_multi_block_fits(pc.M * pc.topk, E_local));
+        expect_path_matches_radix_and_host(
+            s, cuda::PermutePath::multi_block, "multi_block", pc, E_local, int64_ids,
+            static_cast<unsigned>(E_local * 7907 + pc.M * 37 + pc.topk + (int64_ids ? 1000033 : 0)));
       }
     }
   }
