@@ -175,7 +175,8 @@ __global__ void __launch_bounds__(kSortThreads, 1)
   __syncthreads();
 
   // 2a. Per key: the running sum over the segments (table -> offsets within the key's run), the
-  // pairs in this chunk, and (multi_block) the pairs in all blocks and in earlier blocks.
+  // pairs in this chunk, and (multi_block) the pairs in all blocks and in earlier blocks. The
+  // totals wait in local_first / global_first until 2b turns them into first rows.
   for (int32_t key = threadIdx.x; key < num_keys; key += kSortThreads) {
     int32_t in_chunk = 0;
     for (int32_t s = 0; s < p.num_segments; ++s) {
