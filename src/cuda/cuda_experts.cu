@@ -292,13 +292,14 @@ WorkspaceShapes CudaExperts::workspace_shapes(int64_t M, int64_t, int64_t K, int
   const MoEConfig& c = config();
   const StandardLayout l = standard_layout(c, make_plan(c, fuse_gated_activation_), M,
                                            expects_unquantized_input(), nullptr, nullptr);
-  // The decode path's h (M * topk, N) fp32 aliases workspace13's start (one path runs).
+  // The decode path's workspace (h, and with fp8 h's codes and scales) aliases workspace13's
+  // start (one path runs).
   const size_t decode_bytes = decode_mlp_workspace_bytes(c, std::min(M, max_decode_tokens()));
   return byte_workspaces(std::max(l.ws13_bytes, decode_bytes), l.ws2_bytes, {M, K}, c.in_dtype);
 }
 
 namespace {
-DecodeMlpArgs decode_args(const MoEConfig& c, const ApplyArgs& a, int64_t M, void* h) {
+DecodeMlpArgs decode_args(const MoEConfig& c, const ApplyArgs& a, int64_t M, void* workspace) {
   DecodeMlpArgs d;
   d.x = a.hidden_states.data();
   d.x_scale = a.a1q_scale.defined() ? a.a1q_scale.data_ptr<float>() : nullptr;
@@ -322,7 +323,10 @@ DecodeMlpArgs decode_args(const MoEConfig& c, const ApplyArgs& a, int64_t M, voi
   d.w_dtype = w.w13.dtype();
   d.activation = c.activation;
   d.gated_layout = c.gated_layout;
-  d.h = static_cast<float*>(h);
+  const DecodeWorkspace ws = carve_decode_workspace(workspace, c, M);
+  d.h = ws.h;
+  d.h_codes = ws.h_codes;
+  d.h_scale = ws.h_scale;
   d.out = a.output.data();
   d.out_dtype = a.output.dtype();
   return d;

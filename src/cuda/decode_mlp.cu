@@ -1,6 +1,7 @@
-// The decode path's two kernels (see decode_mlp.h).
+// The decode path's kernels (see decode_mlp.h): gate_up and down, and with fp8 weights
+// quantize_h between them.
 //
-// Both are weight-streaming matrix-vector products built the same way:
+// gate_up and down are weight-streaming matrix-vector products built the same way:
 //
 //   * A CTA owns one 16-row tile of the output (gate_up: the gate and up rows of 8 features of a
 //     pair; down: 16 output rows of a token) and its warps split the reduction (K, or the
@@ -30,6 +31,7 @@
 #include <string>
 
 #include "cuda/activation_device.cuh"
+#include "cuda/byte_carver.h"
 #include "cuda/cuda_check.h"
 #include "cuda/decode_mlp.h"
 #include "cuda/float_io.cuh"
@@ -411,9 +413,51 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
   __syncthreads();
   if (threadIdx.x < 8) {
     const int f = threadIdx.x;
-    a.h[pair * N + n0 + f] = gated_function(a.activation, tile_row_total(red, kGateUpWarps, f),
-                                            tile_row_total(red, kGateUpWarps, f + 8));
+    const float value = gated_function(a.activation, tile_row_total(red, kGateUpWarps, f),
+                                       tile_row_total(red, kGateUpWarps, f + 8));
+    // fp8: fp32 for quantize_h; else already down's operand (rounded once, here, not per CTA).
+    if constexpr (kFp8) {
+      static_cast<float*>(a.h)[pair * N + n0 + f] = value;
+    } else {
+      static_cast<OperandOf<W>*>(a.h)[pair * N + n0 + f] = from_float<OperandOf<W>>(value);
+    }
   }
+}
+
+// ---- h quantized once for down (fp8) ------------------------------------------------------------
+//
+// grid (ceil(pairs * groups / kQuantizeWarps)), one warp per (pair, group of 128 values of h's
+// row): amax, scale and e4m3 codes exactly as quantize_rows computes them (NaN included: the
+// bit-pattern max makes a NaN group's scale NaN), codes past N zero (the padding of the last
+// group, which down's stages read). Pairs of no local expert are skipped, as down skips them.
+// This used to be down's prologue, run by each of its K / 16 CTAs per token before they stream:
+// down without it was 14-21 us faster on Mixtral / DeepSeek-V3 fp8 M = 1 (docs/perf.md,
+// eleventh session).
+constexpr int kQuantizeWarps = 8;
+
+__global__ void __launch_bounds__(kQuantizeWarps * 32)
+    decode_quantize_h_kernel(const DecodeMlpArgs a) {
+  allow_dependent_launch();  // down may launch; it waits for this grid before reading the codes
+  // Every thread waits, even one with no task: this grid then never completes before gate_up,
+  // so down's wait for it covers gate_up too.
+  wait_for_prerequisite_grids();
+  const int lane = threadIdx.x % 32;
+  const int64_t N = a.N, groups = ceil_div(N, kGroup), n_pad = groups * kGroup;
+  const int64_t task = int64_t{blockIdx.x} * kQuantizeWarps + threadIdx.x / 32;
+  if (task >= a.M * a.topk * groups) return;  // warp-uniform
+  const int64_t pair = task / groups, grp = task % groups, n = grp * kGroup + lane * 4;
+  if (local_expert(a, pair) >= a.num_local_experts) return;  // warp-uniform
+  // N % 16 == 0: a lane's 4 values are all in the row or all out.
+  const float4 v = n < N ? *reinterpret_cast<const float4*>(static_cast<const float*>(a.h) + pair * N + n)
+                         : make_float4(0.f, 0.f, 0.f, 0.f);
+  uint32_t amax = max(max(abs_bits(v.x), abs_bits(v.y)), max(abs_bits(v.z), abs_bits(v.w)));
+  amax = __reduce_max_sync(0xffffffffu, amax);
+  const float scale = fp8_scale_for_amax(__uint_as_float(amax));
+  const Fp8Reciprocal r = fp8_reciprocal(scale);
+  const uint32_t lo = n < N ? e4m3_pair(v.x, v.y, scale, r) : 0u,
+                 hi = n < N ? e4m3_pair(v.z, v.w, scale, r) : 0u;
+  *reinterpret_cast<uint32_t*>(a.h_codes + pair * n_pad + n) = lo | (hi << 16);
+  if (lane == 0) a.h_scale[pair * groups + grp] = scale;
 }
 
 // ---- down + top-k weight + reduce -------------------------------------------------------------
@@ -484,58 +528,60 @@ __global__ void __launch_bounds__(kMaxWarps * 32) decode_down_kernel(const Decod
     // GEMM2's operand rows as the grouped path would see them. The loads of kFillLoads rounds
     // are issued before any is used (a CTA stages topk * N values: one round trip, not one per
     // round).
-    const int n_groups = static_cast<int>(ceil_div(N, kGroup));
     if constexpr (kFp8) {
-      // One warp per (pair, group of 128): amax, scale and e4m3 codes exactly as quantize_rows
-      // computes them (NaN included: the bit-pattern max makes a NaN group's scale NaN); the
-      // fold takes the h scale.
-      const int tasks = static_cast<int>(topk) * n_groups;
-      for (int u0 = warp; u0 < tasks; u0 += warps * kFillLoads) {
-        float4 v[kFillLoads];
+      // h as decode_quantize_h_kernel quantized it: the codes as exact fp16, 16 codes per load
+      // (kFillLoads rounds in flight), and each group's scale into its fold.
+      const int row_chunks = static_cast<int>(n_pad / 16);
+      const int total = static_cast<int>(topk) * row_chunks, threads = static_cast<int>(blockDim.x);
+      for (int i0 = static_cast<int>(threadIdx.x); i0 < total; i0 += threads * kFillLoads) {
+        uint4 v[kFillLoads];
 #pragma unroll
-        for (int i = 0; i < kFillLoads; ++i) {
-          const int u = u0 + i * warps, j = u / n_groups, n = (u % n_groups) * kGroup + lane * 4;
-          // N % 16 == 0: a lane's 4 values are all in the row or all out.
-          const bool load = u < tasks && n < N && expert_s[j] < E_local;
-          v[i] = load ? *reinterpret_cast<const float4*>(a.h + (t * topk + j) * N + n)
-                      : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int r = 0; r < kFillLoads; ++r) {
+          const int i = i0 + r * threads, j = i / row_chunks, c = i % row_chunks;
+          const bool load = i < total && expert_s[j] < E_local;
+          v[r] = load ? *reinterpret_cast<const uint4*>(a.h_codes + (t * topk + j) * n_pad + c * 16)
+                      : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
-        for (int i = 0; i < kFillLoads; ++i) {
-          const int u = u0 + i * warps, j = u / n_groups, grp = u % n_groups,
-                    n = grp * kGroup + lane * 4;
-          if (u >= tasks || expert_s[j] >= E_local) continue;  // warp-uniform
-          uint32_t amax =
-              max(max(abs_bits(v[i].x), abs_bits(v[i].y)), max(abs_bits(v[i].z), abs_bits(v[i].w)));
-          amax = __reduce_max_sync(0xffffffffu, amax);
-          const float scale = fp8_scale_for_amax(__uint_as_float(amax));
-          const Fp8Reciprocal r = fp8_reciprocal(scale);
-          // Past N (the padding of the last group's stage): zeros.
-          const uint32_t lo = n < N ? e4m3_pair(v[i].x, v[i].y, scale, r) : 0u,
-                         hi = n < N ? e4m3_pair(v[i].z, v[i].w, scale, r) : 0u;
-          *reinterpret_cast<uint2*>(a2_s + j * n_pad + n) =
-              make_uint2(e4m3x2_to_half2(lo), e4m3x2_to_half2(hi));
-          if (lane == 0) fold_s[j * folds + grp] *= scale;
+        for (int r = 0; r < kFillLoads; ++r) {
+          const int i = i0 + r * threads, j = i / row_chunks, c = i % row_chunks;
+          if (i >= total) break;
+          const uint32_t w[4] = {v[r].x, v[r].y, v[r].z, v[r].w};
+          uint32_t half2s[8];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            half2s[2 * k] = e4m3x2_to_half2(w[k] & 0xffffu);
+            half2s[2 * k + 1] = e4m3x2_to_half2(w[k] >> 16);
+          }
+          uint4* dst = reinterpret_cast<uint4*>(a2_s + j * n_pad + c * 16);
+          dst[0] = make_uint4(half2s[0], half2s[1], half2s[2], half2s[3]);
+          dst[1] = make_uint4(half2s[4], half2s[5], half2s[6], half2s[7]);
         }
       }
+      for (int i = static_cast<int>(threadIdx.x); i < topk * folds; i += threads) {
+        const int j = i / folds, grp = i % folds;
+        if (expert_s[j] < E_local) fold_s[i] *= a.h_scale[(t * topk + j) * folds + grp];
+      }
     } else {
-      const int total = static_cast<int>(topk * n_pad), round = static_cast<int>(blockDim.x) * 4,
-                pad = static_cast<int>(n_pad);
-      for (int i0 = static_cast<int>(threadIdx.x) * 4; i0 < total; i0 += round * kFillLoads) {
-        float4 v[kFillLoads];
+      // h as gate_up wrote it, already in the operand dtype: 8 values per load, zeros past N.
+      const int row_chunks = static_cast<int>(n_pad / 8);
+      const int total = static_cast<int>(topk) * row_chunks, threads = static_cast<int>(blockDim.x);
+      const S* h = static_cast<const S*>(a.h);
+      for (int i0 = static_cast<int>(threadIdx.x); i0 < total; i0 += threads * kFillLoads) {
+        uint4 v[kFillLoads];
 #pragma unroll
         for (int r = 0; r < kFillLoads; ++r) {
-          const int i = i0 + r * round, j = i / pad, n = i % pad;
+          const int i = i0 + r * threads, j = i / row_chunks, n = (i % row_chunks) * 8;
+          // N % 16 == 0: a load's 8 values are all in the row or all out.
           const bool load = i < total && n < N && expert_s[j] < E_local;
-          v[r] = load ? *reinterpret_cast<const float4*>(a.h + (t * topk + j) * N + n)
-                      : make_float4(0.f, 0.f, 0.f, 0.f);
+          v[r] = load ? *reinterpret_cast<const uint4*>(h + (t * topk + j) * N + n)
+                      : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int r = 0; r < kFillLoads; ++r) {
-          const int i = i0 + r * round;
+          const int i = i0 + r * threads, j = i / row_chunks, n = (i % row_chunks) * 8;
           if (i >= total) break;
-          const float f[4] = {v[r].x, v[r].y, v[r].z, v[r].w};
-          store_floats<S, 4>(f, a2_s + i);
+          *reinterpret_cast<uint4*>(a2_s + j * n_pad + n) = v[r];
         }
       }
     }
@@ -691,14 +737,29 @@ std::string decode_mlp_unsupported(const MoEConfig& c, const DecodeMlpArgs& a) {
            "multiples of 16, shared memory within "
         << kMaxSharedBytes << " bytes): " << c.str();
   } else if (!is_aligned(a.x, 16) || !is_aligned(a.w13, 16) || !is_aligned(a.w2, 16) ||
-             !is_aligned(a.h, 16)) {
-    why << "x, w13, w2 and h must be 16-byte aligned";
+             !is_aligned(a.h, 16) || !is_aligned(a.h_codes, 16)) {
+    why << "x, w13, w2, h and h_codes must be 16-byte aligned";
   }
   return why.str();
 }
 
+DecodeWorkspace carve_decode_workspace(void* base, const MoEConfig& c, int64_t M) {
+  ByteCarver carver(base);
+  const int64_t pairs = M * c.topk, N = c.intermediate_size, groups = ceil_div(N, kGroup);
+  DecodeWorkspace w;
+  // fp8: h in fp32 (quantize_h reads it); else in the 16-bit operand dtype down reads.
+  w.h = carver.take_bytes(static_cast<size_t>(pairs * N) *
+                          (c.quant.quantized() ? sizeof(float) : dtype_size(c.in_dtype)));
+  if (c.quant.quantized()) {
+    w.h_codes = carver.take<uint8_t>(pairs * groups * kGroup);
+    w.h_scale = carver.take<float>(pairs * groups);
+  }
+  w.bytes = carver.size();
+  return w;
+}
+
 size_t decode_mlp_workspace_bytes(const MoEConfig& c, int64_t M) {
-  return static_cast<size_t>(M * c.topk * c.intermediate_size) * sizeof(float);
+  return carve_decode_workspace(nullptr, c, M).bytes;
 }
 
 void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
@@ -716,6 +777,8 @@ void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
         << "decode_mlp: with fp8 weights x must be e4m3 codes with x_scale, or bf16/fp16 rows "
            "without (gate_up quantizes them), got "
         << dtype_name(a.x_dtype) << (a.x_scale ? " with" : " without") << " x_scale";
+    MODMOE_CHECK(a.h_codes != nullptr && a.h_scale != nullptr)
+        << "decode_mlp: with fp8 weights h_codes and h_scale must be set (carve_decode_workspace)";
   } else {
     MODMOE_CHECK(a.x_dtype == a.w_dtype)
         << "decode_mlp: x must have the weights' dtype " << dtype_name(a.w_dtype) << ", got "
@@ -757,6 +820,9 @@ void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
     };
     // Unquantized, the output dtype is the weights' (in_dtype); fp8 writes any of the three.
     if constexpr (std::is_same_v<W, uint8_t>) {
+      const int64_t tasks = a.M * a.topk * ceil_div(a.N, kGroup);
+      launch(decode_quantize_h_kernel, dim3(static_cast<unsigned>(ceil_div(tasks, kQuantizeWarps))),
+             kQuantizeWarps, 0, a, programmatic, stream);
       dispatch_float_io(a.out_dtype, "decode_mlp", [&](auto out_tag) {
         launch_down(decode_down_kernel<W, typename decltype(out_tag)::type>);
       });

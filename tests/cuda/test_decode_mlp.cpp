@@ -178,16 +178,21 @@ TEST(DecodeRoute, OnlyForTheConfigsItRuns) {
 
 TEST(DecodeRoute, WorkspaceHoldsTheIntermediate) {
   MODMOE_REQUIRE_GPU();  // workspace_shapes asks CUB for its scratch size on the device
-  // bf16 with N >> K: the grouped path's workspace13 holds y (M * topk, K) fp32, smaller than
-  // the decode path's h (M * topk, N) fp32, which workspace_shapes must therefore count.
-  MoEConfig c = qwen3_like(none);
-  c.hidden_size = 256;
-  c.intermediate_size = 4096;  // topk * N * 2 bytes = 64 KiB of shared operand: still decodes
-  const CudaExperts experts(c);
-  ASSERT_TRUE(experts.runs_decode(1));
-  const WorkspaceShapes w = experts.workspace_shapes(1, c.intermediate_size, c.hidden_size, c.topk,
-                                                     c.num_experts, c.num_local_experts, nullptr);
-  EXPECT_GE(shape_numel(w.workspace13), c.topk * c.intermediate_size * 4);
+  // With N >> K the grouped path's workspace13 holds y (M * topk, K) fp32, smaller than the
+  // decode path's workspace, which workspace_shapes must therefore count: h (M * topk, N) in the
+  // 16-bit operand dtype (bf16), or in fp32 plus its e4m3 codes and group-128 scales (fp8).
+  for (const QuantScheme scheme : {none, fp8}) {
+    MoEConfig c = qwen3_like(scheme);
+    c.hidden_size = 256;
+    c.intermediate_size = 4096;  // topk * N * 2 bytes = 64 KiB of shared operand: still decodes
+    const CudaExperts experts(c);
+    ASSERT_TRUE(experts.runs_decode(1)) << c.str();
+    const WorkspaceShapes w = experts.workspace_shapes(
+        1, c.intermediate_size, c.hidden_size, c.topk, c.num_experts, c.num_local_experts, nullptr);
+    const int64_t pairs = c.topk, N = c.intermediate_size;
+    const int64_t needed = scheme == none ? pairs * N * 2 : pairs * N * 4 + pairs * N + pairs * (N / 128) * 4;
+    EXPECT_GE(shape_numel(w.workspace13) * static_cast<int64_t>(dtype_size(w.workspace_dtype)), needed) << c.str();
+  }
 }
 
 }  // namespace
