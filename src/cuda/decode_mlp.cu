@@ -237,7 +237,8 @@ __host__ __device__ inline GateUpShared gate_up_shared(int64_t K, size_t weight_
   const int64_t span = stage_span(weight_bytes), k_pad = ceil_div(K, span) * span;
   s.x_offset = kGateUpWarps * kRingBytesPerWarp;
   s.scale_offset = s.x_offset + static_cast<size_t>(k_pad) * 2;  // 16-bit x, padded
-  s.red_offset = s.scale_offset + static_cast<size_t>(2 * ceil_div(K, kGroup)) * 4;
+  // fp8: the x scales, then the gate and the up rows' w13 scales, per group of K.
+  s.red_offset = s.scale_offset + static_cast<size_t>(3 * ceil_div(K, kGroup)) * 4;
   s.bytes = s.red_offset + static_cast<size_t>(kGateUpWarps) * kTileRows * 4;
   return s;
 }
@@ -281,9 +282,11 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
   if (e >= a.num_local_experts) return;  // not routed here: its h row is never read
   const GateUpShared layout = gate_up_shared(K, sizeof(W));
   S* x_s = reinterpret_cast<S*>(base + layout.x_offset);
-  float* gate_scale_s = reinterpret_cast<float*>(base + layout.scale_offset);
   const int64_t k_groups = ceil_div(K, kGroup);
   const int units = static_cast<int>(ceil_div(K, Sp::kStage));
+  // fp8, per group of K: the token row's scale and the w13 scales of the tile's gate and up rows.
+  float* x_scale_s = reinterpret_cast<float*>(base + layout.scale_offset);
+  float* gate_scale_s = x_scale_s + k_groups;
   float* up_scale_s = gate_scale_s + k_groups;
   float* red = reinterpret_cast<float*>(base + layout.red_offset);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
@@ -302,24 +305,24 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
   auto next = [](int& u) { u += kGateUpWarps; };
   auto prologue = [&] {
     const int64_t k_pad = int64_t{units} * Sp::kStage;  // fp8: whole groups of 128
-    // fp8: a scale group's factors x_scale * w13_scale, for the tile's gate and up blocks.
-    const float* ws = nullptr;
-    int64_t gate_block = 0, up_block = 0;
     if constexpr (kFp8) {
-      ws = a.w13_scale + int64_t{e} * ceil_div(2 * N, kGroup) * k_groups;
-      gate_block = gate_column(a.gated_layout, n0, N) / kGroup;
-      up_block = up_column(a.gated_layout, n0, N) / kGroup;
+      // The w13 scales of the tile's gate and up blocks, loaded before the token row so that
+      // the two round trips overlap (they used to follow the quantization; docs/perf.md,
+      // twelfth session).
+      const float* ws = a.w13_scale + int64_t{e} * ceil_div(2 * N, kGroup) * k_groups;
+      const int64_t gate_block = gate_column(a.gated_layout, n0, N) / kGroup,
+                    up_block = up_column(a.gated_layout, n0, N) / kGroup;
+      for (int64_t i = threadIdx.x; i < k_groups; i += kGateUpWarps * 32) {
+        gate_scale_s[i] = ws[gate_block * k_groups + i];
+        up_scale_s[i] = ws[up_block * k_groups + i];
+      }
     }
-    auto set_factors = [&](int64_t grp, float x_scale) {
-      gate_scale_s[grp] = x_scale * ws[gate_block * k_groups + grp];
-      up_scale_s[grp] = x_scale * ws[up_block * k_groups + grp];
-    };
     if constexpr (kQuantizeX) {
       // 8 values per thread and pass, so a group of 128 is 16 neighbouring lanes (as in
       // quantize_rows); the loads of kFillLoads passes are issued before any is used (one round
       // trip for K <= 4096 * kFillLoads / 4, not one per pass). Amax, scale and e4m3 codes
       // exactly as quantize_rows computes them; the codes as fp16 (zero past K: the loads give
-      // zeros there), the scale into the group's factors.
+      // zeros there), the scale into x_scale_s.
       constexpr int kPass = kGateUpWarps * 32 * 8;
       const X* x_row = static_cast<const X*>(a.x) + t * K;
       for (int64_t base = 0; base < k_pad; base += int64_t{kPass} * kFillLoads) {
@@ -350,14 +353,14 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
             half2s[j] = e4m3x2_to_half2(e4m3_pair(v[2 * j], v[2 * j + 1], scale, r));
           *reinterpret_cast<uint4*>(x_s + k) =
               make_uint4(half2s[0], half2s[1], half2s[2], half2s[3]);
-          if (threadIdx.x % 16 == 0) set_factors(k / kGroup, scale);
+          if (threadIdx.x % 16 == 0) x_scale_s[k / kGroup] = scale;
         }
       }
       __syncthreads();
       return;
     }
     // The token row as 16-bit values (fp8: the e4m3 values as fp16), zero past K; fp8: the
-    // groups' factors from x_scale.
+    // groups' x scales.
     const W* x_row = static_cast<const W*>(a.x) + t * K;
     for (int64_t k = int64_t{threadIdx.x} * Sp::kValues; k < k_pad;
          k += int64_t{kGateUpWarps} * 32 * Sp::kValues) {
@@ -383,7 +386,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
     }
     if constexpr (kFp8) {
       for (int64_t i = threadIdx.x; i < k_groups; i += kGateUpWarps * 32)
-        set_factors(i, a.x_scale[t * k_groups + i]);
+        x_scale_s[i] = a.x_scale[t * k_groups + i];
     }
     __syncthreads();
   };
@@ -399,8 +402,9 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
     }
     // Every column of d is the tile's: d[0] row g (gate), d[2] row g + 8 (up).
     if constexpr (kFp8) {
-      acc_gate = fmaf(d[0], gate_scale_s[u], acc_gate);
-      acc_up = fmaf(d[2], up_scale_s[u], acc_up);
+      const float xs = x_scale_s[u];
+      acc_gate = fmaf(d[0], xs * gate_scale_s[u], acc_gate);
+      acc_up = fmaf(d[2], xs * up_scale_s[u], acc_up);
     } else {
       acc_gate += d[0];
       acc_up += d[2];
