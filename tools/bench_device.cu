@@ -3,7 +3,10 @@
 // (bench_sm90.cu).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 
 #include "bench_device.h"
 #include "bench_kernels.h"
@@ -40,6 +43,39 @@ LaunchFloor measure_launch_floor(cudaStream_t stream, L2Flush* flush) {
   const Graph two(stream, cudaStreamCaptureModeThreadLocal, [&] { empty_kernels(2, stream); });
   f.two_kernels_us = time_replays(stream, 30, 3, flush, [&] { two.launch(stream); }).median_us;
   return f;
+}
+
+const char* l2_flush_kind_name(L2FlushKind kind) {
+  return kind == L2FlushKind::read ? "read" : "write";
+}
+
+L2Flush::L2Flush(size_t l2_bytes, L2FlushKind kind)
+    : buffer_(std::max<size_t>(3 * l2_bytes, size_t(64) << 20)),
+      sink_(size_t(stream_read_sink_words()) * 4),
+      kind_(kind) {
+  BENCH_CUDA(cudaMemset(buffer_.get(), 0x5a, buffer_.bytes()));
+}
+
+void L2Flush::run(cudaStream_t stream) {
+  if (!buffer_.get()) return;
+  if (kind_ == L2FlushKind::read) {
+    stream_read(buffer_.get(), buffer_.bytes(), sink_.as<uint32_t>(), stream, ReadCaching::normal);
+  } else {
+    BENCH_CUDA(cudaMemsetAsync(buffer_.get(), ++value_ & 0xff, buffer_.bytes(), stream));
+  }
+}
+
+namespace {
+int g_settle_ms = kDefaultSettleMs;
+}  // namespace
+
+void set_settle_ms(int ms) { g_settle_ms = ms; }
+int settle_ms() { return g_settle_ms; }
+
+void settle_before_timing() {
+  if (g_settle_ms <= 0) return;
+  BENCH_CUDA(cudaDeviceSynchronize());
+  std::this_thread::sleep_for(std::chrono::milliseconds(g_settle_ms));
 }
 
 void trim_device_memory() {

@@ -104,20 +104,27 @@ class Graph {
   size_t nodes_ = 0;
 };
 
-// Evicts the L2 between timed replays by overwriting a buffer a few times its size, so every
-// replay reads its weights from device memory, as a layer in a real model does (the other
+// Evicts the L2 between timed replays by passing a buffer a few times its size through it, so
+// every replay reads its weights from device memory, as a layer in a real model does (the other
 // layers have run in between). Not timed.
+//   read (default): plain loads (ld.global.cg, normal priority). The L2 is left full of clean
+//     lines: evicting them costs the timed kernels nothing.
+//   write: a memset (the benchmarks' flush until 2026-12-01). It leaves the L2 full of dirty
+//     lines, and the timed kernels paid for writing them back: 4.9-12.2 MB of DRAM writes in
+//     the first decode kernel of Qwen3 / Qwen3.5 M = 1 and 6-10 us on every case (ncu and an A/B
+//     on the H200, docs/perf.md twelfth session). Kept to reproduce older numbers.
+enum class L2FlushKind { read, write };
+const char* l2_flush_kind_name(L2FlushKind kind);
+
 class L2Flush {
  public:
   L2Flush() = default;
-  explicit L2Flush(size_t l2_bytes) : buffer_(std::max<size_t>(3 * l2_bytes, size_t(64) << 20)) {}
-  void run(cudaStream_t stream) {
-    if (buffer_.get())
-      BENCH_CUDA(cudaMemsetAsync(buffer_.get(), ++value_ & 0xff, buffer_.bytes(), stream));
-  }
+  explicit L2Flush(size_t l2_bytes, L2FlushKind kind = L2FlushKind::read);
+  void run(cudaStream_t stream);
 
  private:
-  DeviceBuffer buffer_;
+  DeviceBuffer buffer_, sink_;
+  L2FlushKind kind_ = L2FlushKind::read;
   int value_ = 0;
 };
 
@@ -126,10 +133,22 @@ struct Timing {
   int replays = 0;
 };
 
-// Times `replays` runs of `launch` on `stream` with one event pair each (after `warmup`
-// untimed runs); `flush` (may be null) runs before each, outside the events.
+// Idle time before each timing (modmoe-bench --settle-ms; default kDefaultSettleMs). Through a
+// compute-bound case the H200 sits at its power cap and lowers its SM clock (1455-1605 MHz
+// measured, "SW Power Cap" active), and a case timed right after it inherited the lower clock:
+// Mixtral fp8 M = 1 took 121.8 us after the bf16 series and 111.3 us alone (docs/perf.md,
+// twelfth session). The clock was back within 250 ms; idle clocks drop only after ~1 s.
+constexpr int kDefaultSettleMs = 300;
+void set_settle_ms(int ms);
+int settle_ms();
+// Waits for the device, then sleeps settle_ms().
+void settle_before_timing();
+
+// Times `replays` runs of `launch` on `stream` with one event pair each (after the settle and
+// `warmup` untimed runs); `flush` (may be null) runs before each, outside the events.
 template <typename Launch>
 Timing time_replays(cudaStream_t stream, int replays, int warmup, L2Flush* flush, Launch&& launch) {
+  settle_before_timing();
   for (int i = 0; i < warmup; ++i) {
     if (flush) flush->run(stream);
     launch();

@@ -465,7 +465,7 @@ int run_gpu_suite(const GpuSuiteOptions& o) {
       peaks.fp8_block_tflops, peaks.notes.empty() ? "" : "; ", peaks.notes.c_str());
   std::fflush(stdout);
 
-  L2Flush flush_buffer = o.flush_l2 ? L2Flush(info.l2_bytes) : L2Flush();
+  L2Flush flush_buffer = o.flush_l2 ? L2Flush(info.l2_bytes, o.flush_kind) : L2Flush();
   const LaunchFloor launch = measure_launch_floor(stream, o.flush_l2 ? &flush_buffer : nullptr);
   std::printf("graph launch (empty kernels, timed like a case): 1 kernel %.1f us, 2 kernels %.1f us\n",
               launch.one_kernel_us, launch.two_kernels_us);
@@ -556,6 +556,8 @@ int run_gpu_suite(const GpuSuiteOptions& o) {
     JsonObject settings;
     settings.num("replays", int64_t(o.replays))
         .flag("flush_l2", o.flush_l2)
+        .str("flush_kind", l2_flush_kind_name(o.flush_kind))
+        .num("settle_ms", int64_t(settle_ms()))
         .num("seed", int64_t(o.seed))
         .str("prepare_finalize", o.prepare_finalize)
         .str("experts", o.experts)

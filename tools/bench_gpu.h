@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_device.h"
 #include "bench_models.h"
 #include "modmoe/modular_kernel.h"
 
@@ -19,6 +20,7 @@ struct GpuSuiteOptions {
   std::string experts = "auto";  // "auto": the best registered CUDA experts for the case
   int replays = 30;              // timed graph replays per case (median reported); >= 20
   bool flush_l2 = true;          // evict the L2 before every timed replay
+  L2FlushKind flush_kind = L2FlushKind::read;
   bool baseline = true;          // time the cuBLAS per-expert baseline too
   bool stages = false;           // also time each stage of the portable path on its own
   uint64_t seed = 1;

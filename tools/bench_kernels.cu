@@ -79,20 +79,34 @@ __global__ void fill_e8m0_kernel(uint8_t* codes, int64_t n, uint64_t seed, int l
 constexpr int kReadThreads = 256;
 constexpr int kReadBlocks = 132 * 8;  // a few waves on any current GPU; grid-stride beyond
 
-// Four independent 16-byte loads in flight per thread per iteration.
+// Four independent 16-byte loads in flight per thread per iteration. kStreaming: ld.global.cs
+// (the L2 keeps the lines evict-first: the bandwidth measurement does not disturb it); else
+// ld.global.cg, whose lines take the L2 with normal priority and so evict what was there (the
+// benchmarks' L2 flush).
+template <bool kStreaming>
+__device__ __forceinline__ uint4 load_16(const uint4* p) {
+  if constexpr (kStreaming) {
+    return __ldcs(p);
+  } else {
+    return __ldcg(p);
+  }
+}
+
+template <bool kStreaming>
 __global__ void __launch_bounds__(kReadThreads)
     stream_read_kernel(const uint4* data, int64_t n, uint32_t* sink) {
   uint32_t acc = 0;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   for (; i + 3 * stride < n; i += 4 * stride) {
-    const uint4 a = __ldcs(data + i), b = __ldcs(data + i + stride),
-                c = __ldcs(data + i + 2 * stride), d = __ldcs(data + i + 3 * stride);
+    const uint4 a = load_16<kStreaming>(data + i), b = load_16<kStreaming>(data + i + stride),
+                c = load_16<kStreaming>(data + i + 2 * stride),
+                d = load_16<kStreaming>(data + i + 3 * stride);
     acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^
            d.w;
   }
   for (; i < n; i += stride) {
-    const uint4 a = __ldcs(data + i);
+    const uint4 a = load_16<kStreaming>(data + i);
     acc ^= a.x ^ a.y ^ a.z ^ a.w;
   }
   for (int off = 16; off > 0; off >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, off);
@@ -324,11 +338,14 @@ void empty_kernels(int count, cudaStream_t stream) {
   }
 }
 
-void stream_read(const void* data, size_t bytes, uint32_t* sink, cudaStream_t stream) {
+void stream_read(const void* data, size_t bytes, uint32_t* sink, cudaStream_t stream,
+                 ReadCaching caching) {
   MODMOE_CHECK(bytes % 16 == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0)
       << "stream_read: needs 16-byte aligned data and a multiple of 16 bytes, got " << bytes;
-  stream_read_kernel<<<kReadBlocks, kReadThreads, 0, stream>>>(static_cast<const uint4*>(data),
-                                                               int64_t(bytes / 16), sink);
+  const auto kernel = caching == ReadCaching::streaming ? stream_read_kernel<true>
+                                                        : stream_read_kernel<false>;
+  kernel<<<kReadBlocks, kReadThreads, 0, stream>>>(static_cast<const uint4*>(data),
+                                                   int64_t(bytes / 16), sink);
   check_launch("stream_read");
 }
 

@@ -32,7 +32,11 @@ void fill_e8m0(uint8_t* codes, int64_t n, uint64_t seed, int lo, int hi, cudaStr
 
 // Reads `bytes` (a multiple of 16, 16-byte aligned) once with 16-byte loads; one XOR per warp
 // lands in `sink` (stream_read_sink_words() words) so the loads cannot be optimized away.
-void stream_read(const void* data, size_t bytes, uint32_t* sink, cudaStream_t stream);
+// streaming: the lines enter the L2 evict-first (a bandwidth measurement); normal: with normal
+// priority, evicting what the L2 held (an L2 flush that leaves no dirty lines).
+enum class ReadCaching { streaming, normal };
+void stream_read(const void* data, size_t bytes, uint32_t* sink, cudaStream_t stream,
+                 ReadCaching caching = ReadCaching::streaming);
 int64_t stream_read_sink_words();
 
 // ---- launch latency ---------------------------------------------------------------------------

@@ -177,7 +177,7 @@ int run_gemm_bench(const GemmBenchOptions& o) {
   if (o.replays < 20)
     std::printf("note: %d replays per variant (< 20: not for the record)\n", o.replays);
 
-  L2Flush flush_buffer = o.flush_l2 ? L2Flush(info.l2_bytes) : L2Flush();
+  L2Flush flush_buffer = o.flush_l2 ? L2Flush(info.l2_bytes, o.flush_kind) : L2Flush();
   Env env{o,
           stream,
           ctx,
@@ -326,6 +326,8 @@ int run_gemm_bench(const GemmBenchOptions& o) {
     JsonObject settings;
     settings.num("replays", int64_t(o.replays))
         .flag("flush_l2", o.flush_l2)
+        .str("flush_kind", l2_flush_kind_name(o.flush_kind))
+        .num("settle_ms", int64_t(settle_ms()))
         .num("seed", int64_t(o.seed))
         .flag("quick", o.quick)
         .add("sm90_tiles", json_array(tiles, 4));

@@ -18,12 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "bench_device.h"
+
 namespace modmoe::bench {
 
 struct GemmBenchOptions {
   bool quick = false;    // one shape, rows per expert {1, 128}, decode tokens {1, 16}
   int replays = 30;      // timed graph replays per variant (median reported); >= 20 to record
   bool flush_l2 = true;  // evict the L2 before every timed replay
+  L2FlushKind flush_kind = L2FlushKind::read;
   uint64_t seed = 1;
   std::string json_path;  // empty: no JSON file
   // Subsets, for profiling one case (e.g. under ncu); empty = the default (or --quick) set.

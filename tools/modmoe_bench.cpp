@@ -32,6 +32,7 @@
 #include "oracle/oracle.h"
 
 #if MODMOE_WITH_CUDA
+#include "bench_device.h"
 #include "bench_gpu.h"
 #include "bench_sm90.h"
 #endif
@@ -50,8 +51,10 @@ using bench::ModelShape;
       "                    [--seed S] [--no-check] [--cpu | --gpu]\n"
       "       modmoe-bench --shapes standard|quick [--json FILE] [--stages] [--replays R]\n"
       "                    [--models a,b] [--ms 1,16] [--quants none,fp8-block] [--pf NAME]\n"
-      "                    [--experts NAME] [--no-baseline] [--no-flush] [--seed S]\n"
-      "       modmoe-bench --gemm [--json FILE] [--replays R] [--quick] [--no-flush] [--seed S]\n"
+      "                    [--experts NAME] [--no-baseline] [--no-flush | --flush read|write]\n"
+      "                    [--settle-ms MS] [--seed S]\n"
+      "       modmoe-bench --gemm [--json FILE] [--replays R] [--quick] [--no-flush | --flush KIND]\n"
+      "                    [--settle-ms MS] [--seed S]\n"
       "                    [--models a,b] [--rows 1,64] [--decode-ms 1,2 | 0] [--gemm-dtypes fp8]\n"
       "       modmoe-bench --list-models\n"
       "\n"
@@ -63,6 +66,10 @@ using bench::ModelShape;
       "decode (M in 1..64), roofline numbers; --quick: one shape, rows {1, 128}, M {1, 16}.\n"
       "--models/--rows/--decode-ms/--gemm-dtypes narrow --gemm to some cases (--decode-ms 0: no\n"
       "scheduler study), e.g. one case to profile under ncu.\n"
+      "--flush: how the L2 is evicted before each timed replay: read (default; clean lines) or\n"
+      "write (a memset, as before 2026-12-01: the timed kernels pay for its dirty lines).\n"
+      "--settle-ms: idle time before each timing (default 300), so a case is not timed at the\n"
+      "clock a compute-bound case before it left under the power cap; 0 turns it off.\n"
       "Skips (exit 0) where the Hopper kernel is not available.\n"
       "See docs/gpu.md.\n");
   std::exit(code);
@@ -271,7 +278,9 @@ int main(int argc, char** argv) {
     int64_t M = 64;
     DType dtype = DType::bf16;
     QuantConfig quant;
-    int repeats = -1;  // per backend default
+    int repeats = -1;      // per backend default
+    int64_t settle_ms = -1;  // GPU suites: bench::kDefaultSettleMs
+    std::string flush_kind = "read";  // GPU suites: how the L2 is flushed (bench_device.h)
     uint64_t seed = 1;
     bool check = true, any = false, force_cpu = false, force_gpu = false;
     bool stages = false, baseline = true, flush = true, gemm = false, quick = false;
@@ -334,6 +343,21 @@ int main(int argc, char** argv) {
         baseline = false;
       else if (a == "--no-flush")
         flush = false;
+      else if (a == "--flush") {
+        flush_kind = next();
+        if (flush_kind != "read" && flush_kind != "write") {
+          std::fprintf(stderr, "modmoe-bench: --flush: expected read or write, got '%s'\n",
+                       flush_kind.c_str());
+          return 2;
+        }
+      } else if (a == "--settle-ms") {
+        settle_ms = parse_int("--settle-ms", next());
+        if (settle_ms < 0 || settle_ms > 60000) {
+          std::fprintf(stderr, "modmoe-bench: --settle-ms: expected 0 to 60000, got %lld\n",
+                       static_cast<long long>(settle_ms));
+          return 2;
+        }
+      }
       else if (a == "--list-models") {
         for (const auto& m : kModels)
           std::printf("%-16s E=%lld topk=%lld K=%lld N=%lld %s\n", m.name, (long long)m.E,
@@ -383,6 +407,8 @@ int main(int argc, char** argv) {
       g.quick = quick;
       g.replays = repeats > 0 ? repeats : 30;
       g.flush_l2 = flush;
+      g.flush_kind = flush_kind == "write" ? bench::L2FlushKind::write : bench::L2FlushKind::read;
+      if (settle_ms >= 0) bench::set_settle_ms(static_cast<int>(settle_ms));
       g.seed = seed;
       g.json_path = json_path;
       if (!models_list.empty()) g.shapes = split_list(models_list);
@@ -440,6 +466,8 @@ int main(int argc, char** argv) {
       o.experts = experts;
       o.replays = repeats > 0 ? repeats : 30;
       o.flush_l2 = flush;
+      o.flush_kind = flush_kind == "write" ? bench::L2FlushKind::write : bench::L2FlushKind::read;
+      if (settle_ms >= 0) bench::set_settle_ms(static_cast<int>(settle_ms));
       o.baseline = baseline;
       o.stages = stages;
       o.seed = seed;
