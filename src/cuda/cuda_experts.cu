@@ -269,14 +269,18 @@ int64_t CudaExperts::max_decode_tokens() const {
   const MoEConfig& c = config();
   if (decode_ == DecodePath::never || !decode_mlp_config_fits(c)) return 0;
   if (decode_ == DecodePath::always) return INT64_MAX;
-  // One token always; more while there is at most one pair per local expert on average and at
-  // most kMaxDecodeWeightBytes of expert weights streamed (an upper bound: pairs x one
-  // expert's weights).
+  // One token always; more while the weights streamed (an upper bound: pairs x one expert's
+  // weights) stay within a bound that depends on how many pairs share an expert: at most one
+  // pair per local expert on average and kMaxDecodeWeightBytes, or at most half a pair and
+  // kMaxSparseDecodeWeightBytes for up to kMaxSparseDecodeTokens tokens (cuda_experts.h).
   const int64_t weight_bytes =
       c.quant.quantized() ? 1 : static_cast<int64_t>(dtype_size(c.in_dtype));
   const int64_t expert_bytes = (c.w13_rows() + c.intermediate_size) * c.hidden_size * weight_bytes;
-  const int64_t by_bytes = kMaxDecodeWeightBytes / std::max<int64_t>(1, c.topk * expert_bytes);
-  return std::max<int64_t>(1, std::min(c.num_local_experts / c.topk, by_bytes));
+  const int64_t token_bytes = std::max<int64_t>(1, c.topk * expert_bytes);
+  const int64_t dense = std::min(c.num_local_experts / c.topk, kMaxDecodeWeightBytes / token_bytes);
+  const int64_t sparse = std::min({kMaxSparseDecodeTokens, c.num_local_experts / (2 * c.topk),
+                                   kMaxSparseDecodeWeightBytes / token_bytes});
+  return std::max<int64_t>({1, dense, sparse});
 }
 
 bool CudaExperts::runs_decode(int64_t M) const { return M <= max_decode_tokens(); }

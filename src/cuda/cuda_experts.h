@@ -25,14 +25,19 @@ namespace modmoe::cuda {
 // per-tensor intermediate scale is then one per chunk, as on the CPU).
 //
 // Decode-sized applies of the configs decode_mlp runs (gated; none or dynamic fp8_block; K, N
-// multiples of 16) take the decode path instead (decode_mlp.h): two kernels, no permute. Decode
-// sized: one token (its topk experts are distinct, so no weight is read twice), or at most one
-// pair per local expert on average (M * topk <= E_local) and at most kMaxDecodeWeightBytes of
-// expert weights (M * topk * one expert's w13 + w2). On the H200 (2026-12-01, docs/perf.md) the
-// decode path wins the M = 1 layer of every standard model but DeepSeek-V3 bf16 (1.03x the
-// Hopper path's time), from 0.71x (Qwen3 fp8) to 0.98x (gpt-oss bf16), and loses at M = 16
-// (Qwen3 fp8 1.30x, Qwen3.5 fp8 1.15x: pairs share experts, and each pair reads its own), where
-// the byte bound keeps the grouped paths.
+// multiples of 16) take the decode path instead (decode_mlp.h): two weight-streaming kernels, no
+// permute. Decode sized: one token (its topk experts are distinct, so no weight is read twice);
+// or at most one pair per local expert on average (M * topk <= E_local) and at most
+// kMaxDecodeWeightBytes of expert weights (M * topk * one expert's w13 + w2); or at most
+// kMaxSparseDecodeTokens tokens, half a pair per local expert and kMaxSparseDecodeWeightBytes.
+// On the H200 (2026-12-01, docs/perf.md) the decode path wins the M = 1 layer of every standard
+// model but DeepSeek-V3 bf16 (1.03x the Hopper path's time in the sixth session); with the
+// twelfth session's kernels it also won 11 of the 12 layers of M = 2..8 that the 256 MiB bound
+// alone kept on the grouped paths (gpt-oss-120b fp8 M = 3..5 0.73-0.84x, bf16 M = 2 0.97x;
+// Qwen3 fp8 M = 8 0.92x, bf16 M = 4..6 0.86-0.96x; Qwen3.5 bf16 M = 6..8 0.87-0.98x) and lost
+// Qwen3 bf16 M = 7 (528 MB streamed: 1.03x), which the 480 MiB bound leaves out; it lost at
+// M = 16 (Qwen3 fp8 1.28x, Qwen3.5 fp8 1.12x, Qwen3.5 bf16 1.06x: pairs share experts, and each
+// pair reads its own), where the bounds keep the grouped paths.
 class CudaExperts final : public Experts {
  public:
   // When the decode path runs: `automatic` as above; `never` and `always` (every M, for
@@ -68,6 +73,8 @@ class CudaExperts final : public Experts {
   // The path an apply of M tokens takes: "decode" or "grouped" (for benchmark records).
   const char* route(int64_t M) const { return runs_decode(M) ? "decode" : "grouped"; }
   static constexpr int64_t kMaxDecodeWeightBytes = int64_t{256} << 20;
+  static constexpr int64_t kMaxSparseDecodeTokens = 8;
+  static constexpr int64_t kMaxSparseDecodeWeightBytes = int64_t{480} << 20;
 
  private:
   bool fuse_gated_activation_;

@@ -131,16 +131,24 @@ MoEConfig qwen3_like(QuantScheme scheme) {
 }
 
 TEST(DecodeRoute, OneTokenOrAtMostOnePairPerLocalExpertAndABoundedWeightStream) {
-  // One expert: (2 * 768 + 768) * 2048 weights, 9.4 MB bf16, 4.7 MB fp8; 256 MiB bound 3 bf16
-  // tokens (24 pairs x 9.4 MB = 226 MB), 7 fp8 tokens (263 MB).
+  // One expert: (2 * 768 + 768) * 2048 weights, 9.4 MB bf16, 4.7 MB fp8. One pair per expert
+  // (16 tokens) within 256 MiB: 3 bf16 tokens (24 pairs x 9.4 MB = 226 MB), 7 fp8 (263 MB);
+  // half a pair per expert (8 tokens) within 480 MiB: 6 bf16 tokens (453 MB), 8 fp8 (302 MB).
   const CudaExperts bf16_experts(qwen3_like(none)), fp8_experts(qwen3_like(fp8));
-  EXPECT_EQ(bf16_experts.max_decode_tokens(), 3);
+  EXPECT_EQ(bf16_experts.max_decode_tokens(), 6);
   EXPECT_TRUE(bf16_experts.runs_decode(1));
-  EXPECT_TRUE(bf16_experts.runs_decode(3));
-  EXPECT_FALSE(bf16_experts.runs_decode(4));
-  EXPECT_EQ(fp8_experts.max_decode_tokens(), 7);
-  EXPECT_FALSE(fp8_experts.runs_decode(8));
-  // Small experts: the pair bound, 128 experts / topk 8 = 16 tokens.
+  EXPECT_TRUE(bf16_experts.runs_decode(6));
+  EXPECT_FALSE(bf16_experts.runs_decode(7));
+  EXPECT_EQ(fp8_experts.max_decode_tokens(), 8);
+  EXPECT_FALSE(fp8_experts.runs_decode(9));
+  // gpt-oss-120b-sized (128 experts, topk 4, K = N = 2880, fp8: 24.9 MB an expert): 256 MiB is
+  // 2 tokens, 480 MiB 5 (within the 16 of half a pair per expert and the 8-token cap).
+  MoEConfig gpt_oss = qwen3_like(fp8);
+  gpt_oss.topk = 4;
+  gpt_oss.hidden_size = gpt_oss.intermediate_size = 2880;
+  EXPECT_EQ(CudaExperts(gpt_oss).max_decode_tokens(), 5);
+  // Small experts: the pair bound, 128 experts / topk 8 = 16 tokens (the sparse bound's
+  // 8-token cap does not lower it).
   MoEConfig small = qwen3_like(none);
   small.hidden_size = 256;
   small.intermediate_size = 128;
