@@ -20,9 +20,9 @@ struct GpuSuiteOptions {
   std::string experts = "auto";  // "auto": the best registered CUDA experts for the case
   int replays = 30;              // timed graph replays per case (median reported); >= 20
   bool flush_l2 = true;          // evict the L2 before every timed replay
-  L2FlushKind flush_kind = L2FlushKind::read;
-  bool baseline = true;          // time the cuBLAS per-expert baseline too
-  bool stages = false;           // also time each stage of the portable path on its own
+  L2FlushKind flush_kind = L2FlushKind::read;  // how (bench_device.h)
+  bool baseline = true;                        // time the cuBLAS per-expert baseline too
+  bool stages = false;  // also time each stage of the portable path on its own
   uint64_t seed = 1;
   std::string json_path;  // empty: no JSON file
 };

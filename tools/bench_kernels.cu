@@ -342,8 +342,8 @@ void stream_read(const void* data, size_t bytes, uint32_t* sink, cudaStream_t st
                  ReadCaching caching) {
   MODMOE_CHECK(bytes % 16 == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0)
       << "stream_read: needs 16-byte aligned data and a multiple of 16 bytes, got " << bytes;
-  const auto kernel = caching == ReadCaching::streaming ? stream_read_kernel<true>
-                                                        : stream_read_kernel<false>;
+  const auto kernel =
+      caching == ReadCaching::streaming ? stream_read_kernel<true> : stream_read_kernel<false>;
   kernel<<<kReadBlocks, kReadThreads, 0, stream>>>(static_cast<const uint4*>(data),
                                                    int64_t(bytes / 16), sink);
   check_launch("stream_read");

@@ -26,7 +26,7 @@ struct GemmBenchOptions {
   bool quick = false;    // one shape, rows per expert {1, 128}, decode tokens {1, 16}
   int replays = 30;      // timed graph replays per variant (median reported); >= 20 to record
   bool flush_l2 = true;  // evict the L2 before every timed replay
-  L2FlushKind flush_kind = L2FlushKind::read;
+  L2FlushKind flush_kind = L2FlushKind::read;  // how (bench_device.h)
   uint64_t seed = 1;
   std::string json_path;  // empty: no JSON file
   // Subsets, for profiling one case (e.g. under ncu); empty = the default (or --quick) set.

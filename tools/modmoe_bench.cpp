@@ -53,8 +53,8 @@ using bench::ModelShape;
       "                    [--models a,b] [--ms 1,16] [--quants none,fp8-block] [--pf NAME]\n"
       "                    [--experts NAME] [--no-baseline] [--no-flush | --flush read|write]\n"
       "                    [--settle-ms MS] [--seed S]\n"
-      "       modmoe-bench --gemm [--json FILE] [--replays R] [--quick] [--no-flush | --flush KIND]\n"
-      "                    [--settle-ms MS] [--seed S]\n"
+      "       modmoe-bench --gemm [--json FILE] [--replays R] [--quick] [--seed S]\n"
+      "                    [--no-flush | --flush read|write] [--settle-ms MS]\n"
       "                    [--models a,b] [--rows 1,64] [--decode-ms 1,2 | 0] [--gemm-dtypes fp8]\n"
       "       modmoe-bench --list-models\n"
       "\n"
@@ -278,8 +278,8 @@ int main(int argc, char** argv) {
     int64_t M = 64;
     DType dtype = DType::bf16;
     QuantConfig quant;
-    int repeats = -1;      // per backend default
-    int64_t settle_ms = -1;  // GPU suites: bench::kDefaultSettleMs
+    int repeats = -1;                 // per backend default
+    int64_t settle_ms = -1;           // GPU suites: bench::kDefaultSettleMs
     std::string flush_kind = "read";  // GPU suites: how the L2 is flushed (bench_device.h)
     uint64_t seed = 1;
     bool check = true, any = false, force_cpu = false, force_gpu = false;
@@ -357,8 +357,7 @@ int main(int argc, char** argv) {
                        static_cast<long long>(settle_ms));
           return 2;
         }
-      }
-      else if (a == "--list-models") {
+      } else if (a == "--list-models") {
         for (const auto& m : kModels)
           std::printf("%-16s E=%lld topk=%lld K=%lld N=%lld %s\n", m.name, (long long)m.E,
                       (long long)m.topk, (long long)m.K, (long long)m.N,

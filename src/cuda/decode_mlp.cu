@@ -434,9 +434,9 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
 // row): amax, scale and e4m3 codes exactly as quantize_rows computes them (NaN included: the
 // bit-pattern max makes a NaN group's scale NaN), codes past N zero (the padding of the last
 // group, which down's stages read). Pairs of no local expert are skipped, as down skips them.
-// This used to be down's prologue, run by each of its K / 16 CTAs per token before they stream:
-// down without it was 14-21 us faster on Mixtral / DeepSeek-V3 fp8 M = 1 (docs/perf.md,
-// eleventh session).
+// This used to be down's prologue, run by each of its K / 16 CTAs per token before they stream;
+// done once here, Mixtral / DeepSeek-V3 fp8 M = 1 took 0.89-0.91x the time (docs/perf.md,
+// twelfth session).
 constexpr int kQuantizeWarps = 8;
 
 __global__ void __launch_bounds__(kQuantizeWarps * 32)
@@ -452,8 +452,9 @@ __global__ void __launch_bounds__(kQuantizeWarps * 32)
   const int64_t pair = task / groups, grp = task % groups, n = grp * kGroup + lane * 4;
   if (local_expert(a, pair) >= a.num_local_experts) return;  // warp-uniform
   // N % 16 == 0: a lane's 4 values are all in the row or all out.
-  const float4 v = n < N ? *reinterpret_cast<const float4*>(static_cast<const float*>(a.h) + pair * N + n)
-                         : make_float4(0.f, 0.f, 0.f, 0.f);
+  const float4 v =
+      n < N ? *reinterpret_cast<const float4*>(static_cast<const float*>(a.h) + pair * N + n)
+            : make_float4(0.f, 0.f, 0.f, 0.f);
   uint32_t amax = max(max(abs_bits(v.x), abs_bits(v.y)), max(abs_bits(v.z), abs_bits(v.w)));
   amax = __reduce_max_sync(0xffffffffu, amax);
   const float scale = fp8_scale_for_amax(__uint_as_float(amax));

@@ -198,8 +198,11 @@ TEST(DecodeRoute, WorkspaceHoldsTheIntermediate) {
     const WorkspaceShapes w = experts.workspace_shapes(
         1, c.intermediate_size, c.hidden_size, c.topk, c.num_experts, c.num_local_experts, nullptr);
     const int64_t pairs = c.topk, N = c.intermediate_size;
-    const int64_t needed = scheme == none ? pairs * N * 2 : pairs * N * 4 + pairs * N + pairs * (N / 128) * 4;
-    EXPECT_GE(shape_numel(w.workspace13) * static_cast<int64_t>(dtype_size(w.workspace_dtype)), needed) << c.str();
+    const int64_t needed =
+        scheme == none ? pairs * N * 2 : pairs * N * 4 + pairs * N + pairs * (N / 128) * 4;
+    EXPECT_GE(shape_numel(w.workspace13) * static_cast<int64_t>(dtype_size(w.workspace_dtype)),
+              needed)
+        << c.str();
   }
 }
 
