@@ -111,7 +111,7 @@ class Graph {
 //     lines: evicting them costs the timed kernels nothing.
 //   write: a memset (the benchmarks' flush until 2026-12-01). It leaves the L2 full of dirty
 //     lines, and the timed kernels paid for writing them back: 4.9-12.2 MB of DRAM writes in
-//     the first decode kernel of Qwen3 / Qwen3.5 M = 1 and 6-10 us on every case (ncu and an A/B
+//     the first decode kernel of Qwen3 / Qwen3.5 M = 1, typically 6-10 us a case (ncu and an A/B
 //     on the H200, docs/perf.md twelfth session). Kept to reproduce older numbers.
 enum class L2FlushKind { read, write };
 const char* l2_flush_kind_name(L2FlushKind kind);
