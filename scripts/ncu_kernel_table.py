@@ -18,10 +18,12 @@ def short_name(name: str) -> str:
 
 
 def main(path: str) -> int:
-    rows = [r for r in csv.reader(open(path, errors="replace")) if len(r) > 10]
+    with open(path, errors="replace") as f:
+        text = f.read()
+    rows = [r for r in csv.reader(text.splitlines()) if len(r) > 10]
     if len(rows) < 2:
         print("  ncu wrote no kernel rows; its output:")
-        for line in open(path, errors="replace").read().splitlines()[-15:]:
+        for line in text.splitlines()[-15:]:
             print("  " + line)
         return 1
     head = rows[0]
