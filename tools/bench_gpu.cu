@@ -10,7 +10,11 @@
 //   - the floor: max(bytes / BW, flops / peak) with bytes = weights (+ scales) of the experts that
 //     received tokens + x in + out + routing, flops = 2 * M * topk * (2N*K + K*N);
 //   - the cuBLAS baseline (bench_cublas.h), captured and timed the same way, and its output
-//     compared with modmoe's (relative L2 difference).
+//     compared with modmoe's (relative L2 difference);
+//   - memory-bound cases of at most kMaxStreamReadBytes: the floor's bytes read by one streaming
+//     kernel, captured and timed the same way ("read_us"): what a single kernel that does nothing
+//     but read those bytes takes in a graph, launch and ramp included. The floor has no launch
+//     term; this says how much of a small case's ratio is the launch, not the layer's kernels.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -183,6 +187,7 @@ struct CaseResult {
   std::string baseline_kind, baseline_note;
   Timing baseline;
   size_t baseline_nodes = 0;
+  Timing stream_read;  // replays == 0: not measured (compute-bound, or too many bytes)
   double baseline_rel_diff = NAN;
   bool baseline_matches = true;
   std::vector<StageTiming> stages;
@@ -221,6 +226,21 @@ double peak_for(const SuiteContext& s, QuantScheme scheme) {
   if (scheme == QuantScheme::none) return s.peaks.bf16_tflops;
   const double fp8 = std::max(s.peaks.fp8_tensor_tflops, s.peaks.fp8_block_tflops);
   return fp8 > 0 ? fp8 : 2 * s.peaks.bf16_tflops;  // no fp8 measurement: the nominal 2x
+}
+
+// Memory-bound cases up to this many bytes (every M = 1 case of the standard shapes) get the
+// streaming-read reference; beyond it the buffer would be large and the launch negligible.
+constexpr double kMaxStreamReadBytes = double(size_t(1) << 30);
+
+// One streaming-read kernel over `bytes` (rounded down to 16), captured in a graph and timed
+// like a case (same flush, settle and replays).
+Timing time_stream_read(const SuiteContext& s, size_t bytes) {
+  const size_t n = bytes / 16 * 16;
+  DeviceBuffer data(n), sink(size_t(stream_read_sink_words()) * 4);
+  BENCH_CUDA(cudaMemsetAsync(data.get(), 0x5a, n, s.stream));
+  const Graph graph(s.stream, cudaStreamCaptureModeThreadLocal,
+                    [&] { stream_read(data.get(), n, sink.as<uint32_t>(), s.stream); });
+  return time_replays(s.stream, s.options.replays, 2, s.flush, [&] { graph.launch(s.stream); });
 }
 
 void run_case(const SuiteContext& s, const ModelShape& model, QuantScheme scheme, int64_t M,
@@ -277,6 +297,8 @@ void run_case(const SuiteContext& s, const ModelShape& model, QuantScheme scheme
     r.modmoe = time_replays(stream, o.replays, 2, s.flush, [&] { graph.launch(stream); });
   }
   r.non_finite = static_cast<int64_t>(compare_outputs(out.get(), out.get(), M * K, stream)[2]);
+  if (std::string(r.bound) == "memory" && r.bytes <= kMaxStreamReadBytes)
+    r.stream_read = time_stream_read(s, size_t(r.bytes));
 
   // The cuBLAS baseline on the same inputs.
   if (o.baseline) {
@@ -358,6 +380,7 @@ std::string case_json(const CaseResult& r) {
       .str("floor_bound", r.bound)
       .num("ratio_to_floor", r.ratio())
       .flag("floor_target_met", r.floor_target_met());
+  if (r.stream_read.replays > 0) j.num("stream_read_us", r.stream_read.median_us);
   if (r.baseline_ran) {
     j.str("baseline", r.baseline_kind)
         .num("baseline_us", r.baseline.median_us)
@@ -404,9 +427,9 @@ void print_stages(const CaseResult& r) {
 }
 
 void print_table(const std::vector<CaseResult>& results) {
-  std::printf("\n%-16s %-9s %5s %4s %9s %7s %7s %9s %6s %9s %7s %8s %s\n", "model", "quant", "M",
-              "hit", "us", "TFLOP/s", "wGB/s", "floor_us", "xfloor", "cublas_us", "speedup",
-              "rel_diff", "notes");
+  std::printf("\n%-16s %-9s %5s %4s %9s %7s %7s %9s %6s %8s %9s %7s %8s %s\n", "model", "quant",
+              "M", "hit", "us", "TFLOP/s", "wGB/s", "floor_us", "xfloor", "read_us", "cublas_us",
+              "speedup", "rel_diff", "notes");
   for (const CaseResult& r : results) {
     std::printf("%-16s %-9s %5lld %4lld ", r.model->name, quant_scheme_name(r.scheme),
                 static_cast<long long>(r.M), static_cast<long long>(r.experts_hit));
@@ -417,6 +440,11 @@ void print_table(const std::vector<CaseResult>& results) {
     const double t = r.modmoe.median_us;
     std::printf("%9.1f %7.1f %7.0f %9.1f %6.2f ", t, r.flops / t * 1e-6, r.weight_bytes / t * 1e-3,
                 r.floor_us, r.ratio());
+    if (r.stream_read.replays > 0) {
+      std::printf("%8.1f ", r.stream_read.median_us);
+    } else {
+      std::printf("%8s ", "-");
+    }
     if (r.baseline_ran) {
       std::printf("%9.1f %7.2f %8.1e ", r.baseline.median_us, r.speedup(), r.baseline_rel_diff);
     } else {
