@@ -155,9 +155,39 @@ struct QuantizeParams {
   int64_t fanout;
 };
 
-// The j-th destination row of source row `row` (-1: none).
-__device__ __forceinline__ int64_t destination(const QuantizeParams& p, int64_t row, int64_t j) {
-  return p.dst_rows == nullptr ? row : p.dst_rows[row * p.fanout + j];
+// Where a source row's codes and scales go: its destination rows, read once per row before any
+// store. (Read inside the store loops, every index was read again for each chunk and scale, as a
+// store may alias dst_rows for all the compiler knows: at fanout 8 that loop was most of the
+// kernel's instructions; docs/perf.md, thirteenth session.) The first kHeldDestinations are held
+// in registers; a larger fanout reads the rest as it goes.
+constexpr int kHeldDestinations = 8;
+struct Destinations {
+  int64_t row;                      // the source row
+  int32_t held[kHeldDestinations];  // with dst_rows: destinations 0.. (-1: none)
+};
+
+__device__ __forceinline__ Destinations load_destinations(const QuantizeParams& p, int64_t row) {
+  Destinations d;
+  d.row = row;
+#pragma unroll
+  for (int j = 0; j < kHeldDestinations; ++j)
+    d.held[j] = p.dst_rows != nullptr && j < p.fanout ? __ldg(p.dst_rows + row * p.fanout + j) : -1;
+  return d;
+}
+
+// f(destination row) for each destination of d.row, in order (none for a negative index).
+template <typename F>
+__device__ __forceinline__ void for_each_destination(const QuantizeParams& p, const Destinations& d,
+                                                     F&& f) {
+  if (p.dst_rows == nullptr) return f(d.row);
+#pragma unroll
+  for (int j = 0; j < kHeldDestinations; ++j) {
+    if (d.held[j] >= 0) f(int64_t{d.held[j]});
+  }
+  for (int64_t j = kHeldDestinations; j < p.fanout; ++j) {
+    const int32_t dst = p.dst_rows[d.row * p.fanout + j];
+    if (dst >= 0) f(int64_t{dst});
+  }
 }
 
 // |x| max over the rows into *amax_bits (which the host zeroed first).
@@ -192,8 +222,8 @@ __global__ void tensor_scale_from_amax_kernel(float* scale) {
 // Every thread of the warp must call it (the group shuffles).
 static_assert(kBlockSize == 1 << 7 && kMxBlockSize == 1 << 5, "quantize_step's group shifts");
 
-__device__ __forceinline__ void quantize_step(const QuantizeParams& p, int64_t row, int64_t k0,
-                                              bool active, const float (&v)[kChunk],
+__device__ __forceinline__ void quantize_step(const QuantizeParams& p, const Destinations& dests,
+                                              int64_t k0, bool active, const float (&v)[kChunk],
                                               float row_scale, int64_t groups_per_row) {
   const bool block = p.scheme == QuantScheme::fp8_block;
   float scale = row_scale;
@@ -205,26 +235,25 @@ __device__ __forceinline__ void quantize_step(const QuantizeParams& p, int64_t r
     const int64_t group = k0 >> group_shift;
     const uint8_t code = block ? 0 : mx_scale_code_for_amax(amax);
     scale = block ? fp8_scale_for_amax(amax) : e8m0_value(code);
-    for (int64_t j = 0; writes_scale && j < p.fanout; ++j) {
-      const int64_t dst = destination(p, row, j);
-      if (dst < 0) continue;
-      if (block)
-        static_cast<float*>(p.scale)[dst * groups_per_row + group] = scale;
-      else
-        static_cast<uint8_t*>(p.scale)[dst * groups_per_row + group] = code;
+    if (writes_scale) {
+      for_each_destination(p, dests, [&](int64_t dst) {
+        if (block)
+          static_cast<float*>(p.scale)[dst * groups_per_row + group] = scale;
+        else
+          static_cast<uint8_t*>(p.scale)[dst * groups_per_row + group] = code;
+      });
     }
   }
   if (!active) return;
   uint32_t pairs[kChunk / 2];
   encode_chunk(v, scale, pairs);
-  for (int64_t j = 0; j < p.fanout; ++j) {
-    const int64_t dst = destination(p, row, j);
-    if (dst >= 0) store_chunk(pairs, p.q + dst * p.K, k0, p.K, p.vectorized);
-  }
+  for_each_destination(
+      p, dests, [&](int64_t dst) { store_chunk(pairs, p.q + dst * p.K, k0, p.K, p.vectorized); });
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kMaxThreads) quantize_rows_kernel(QuantizeParams p) {
+__global__ void __launch_bounds__(kMaxThreads, 2048 / kMaxThreads)
+    quantize_rows_kernel(QuantizeParams p) {
   __shared__ uint32_t scratch[kMaxWarps];
   const int64_t rows = rows_to_process(p.rows, p.num_rows);
   const int64_t K = p.K;
@@ -234,6 +263,7 @@ __global__ void __launch_bounds__(kMaxThreads) quantize_rows_kernel(QuantizePara
     // The row's amax first (a block-wide pass), then its codes.
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
       const T* x = static_cast<const T*>(p.x) + row * p.ldx;
+      const Destinations dests = load_destinations(p, row);
       uint32_t amax = 0;
       for (int64_t k0 = int64_t{threadIdx.x} * kChunk; k0 < K; k0 += step) {
         float v[kChunk];
@@ -241,19 +271,16 @@ __global__ void __launch_bounds__(kMaxThreads) quantize_rows_kernel(QuantizePara
         amax = max(amax, chunk_amax_bits(v));
       }
       const float row_scale = fp8_scale_for_amax(__uint_as_float(block_max(amax, scratch)));
-      for (int64_t j = 0; threadIdx.x == 0 && j < p.fanout; ++j) {
-        const int64_t dst = destination(p, row, j);
-        if (dst >= 0) static_cast<float*>(p.scale)[dst] = row_scale;
-      }
+      if (threadIdx.x == 0)
+        for_each_destination(p, dests,
+                             [&](int64_t dst) { static_cast<float*>(p.scale)[dst] = row_scale; });
       for (int64_t k0 = int64_t{threadIdx.x} * kChunk; k0 < K; k0 += step) {
         float v[kChunk];
         load_chunk(x, k0, K, p.vectorized, v);
         uint32_t pairs[kChunk / 2];
         encode_chunk(v, row_scale, pairs);
-        for (int64_t j = 0; j < p.fanout; ++j) {
-          const int64_t dst = destination(p, row, j);
-          if (dst >= 0) store_chunk(pairs, p.q + dst * K, k0, K, p.vectorized);
-        }
+        for_each_destination(
+            p, dests, [&](int64_t dst) { store_chunk(pairs, p.q + dst * K, k0, K, p.vectorized); });
       }
     }
     return;
@@ -271,6 +298,7 @@ __global__ void __launch_bounds__(kMaxThreads) quantize_rows_kernel(QuantizePara
   // shuffles bound it, not loads in flight. docs/perf.md, seventh session.)
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* x = static_cast<const T*>(p.x) + row * p.ldx;
+    const Destinations dests = load_destinations(p, row);
     for (int64_t base = 0; base < K; base += step) {
       const int64_t k0 = base + int64_t{threadIdx.x} * kChunk;
       float v[kChunk];
@@ -280,7 +308,7 @@ __global__ void __launch_bounds__(kMaxThreads) quantize_rows_kernel(QuantizePara
 #pragma unroll
         for (int c = 0; c < kChunk; ++c) v[c] = 0.0f;
       }
-      quantize_step(p, row, k0, k0 < K, v, row_scale, groups_per_row);
+      quantize_step(p, dests, k0, k0 < K, v, row_scale, groups_per_row);
     }
   }
 }
@@ -432,8 +460,8 @@ QuantizeParams params_for(const void* x, int64_t ldx, int64_t rows, int64_t K, Q
 // Launches the quantization `p` describes (p.vectorized is set here).
 void launch_quantize(QuantizeParams p, DType x_dtype, bool static_scale, cudaStream_t stream) {
   const size_t x_size = dtype_size(x_dtype);
-  p.vectorized = p.K % kChunk == 0 && (p.ldx * x_size) % 16 == 0 && aligned(p.x, 16) &&
-                 aligned(p.q, 8);
+  p.vectorized =
+      p.K % kChunk == 0 && (p.ldx * x_size) % 16 == 0 && aligned(p.x, 16) && aligned(p.q, 8);
   const int threads = threads_for(p.K);
   const int blocks = resident_row_blocks(p.rows, threads);
   void* scale = p.scale;
@@ -471,8 +499,8 @@ void quantize_rows(const void* x, DType x_dtype, int64_t ldx, int64_t rows, cons
 }
 
 void quantize_scatter_rows(const void* x, DType x_dtype, int64_t rows, int64_t K,
-                           QuantScheme scheme, const int32_t* dst_rows, int64_t fanout,
-                           uint8_t* q, void* scale, cudaStream_t stream) {
+                           QuantScheme scheme, const int32_t* dst_rows, int64_t fanout, uint8_t* q,
+                           void* scale, cudaStream_t stream) {
   constexpr const char* fn = "cuda::quantize_scatter_rows";
   check_quantize_call(fn, x_dtype, rows, K, scheme, /*static_scale=*/false, x, q, scale);
   MODMOE_CHECK(fanout >= 1) << fn << ": fanout must be >= 1, got " << fanout;

@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_session.h"
@@ -429,16 +430,19 @@ TEST(CudaQuant, NumRowsBoundsTheWork) {
 
 // ---- cuda::quantize_scatter_rows: the quantization fused into the gather by expert ----------
 
-// Each source row quantized once and written to its destination rows (fanout 3, like topk):
-// every destination row must hold the CPU's codes and scales of its source row, byte for byte;
-// rows that no entry names (the -1 entries, like pairs of no local expert) keep the poison.
+// Each source row quantized once and written to its destination rows (fanout like topk: 3, and
+// 11, past the 8 destinations the kernel holds in registers): every destination row must hold
+// the CPU's codes and scales of its source row, byte for byte; rows that no entry names (the -1
+// entries, like pairs of no local expert) keep the poison.
 // K = 2880 (several 256-column steps, partial last group), 203 (the scalar path).
 TEST(CudaQuant, ScatterWritesEachSourceRowToItsDestinations) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  const int64_t rows = 37, fanout = 3, capacity = rows * fanout;
-  for (int64_t K : {2880, 203}) {
-    std::mt19937 rng(static_cast<uint32_t>(K) + 11);
+  const int64_t rows = 37;
+  for (const auto& fanout_and_K :
+       std::vector<std::pair<int64_t, int64_t>>{{3, 2880}, {3, 203}, {11, 2880}, {11, 203}}) {
+    const int64_t fanout = fanout_and_K.first, K = fanout_and_K.second, capacity = rows * fanout;
+    std::mt19937 rng(static_cast<uint32_t>(K * fanout) + 11);
     const OwnedTensor x = random_activations(DType::bf16, rows, K, rng);
     // A permutation of the capacity's rows, with every 7th entry -1 (its row stays unwritten).
     std::vector<int32_t> order(capacity);
@@ -448,7 +452,8 @@ TEST(CudaQuant, ScatterWritesEachSourceRowToItsDestinations) {
     for (int64_t i = 0; i < capacity; ++i) dst.data_ptr<int32_t>()[i] = i % 7 == 3 ? -1 : order[i];
     const OwnedTensor x_dev = gpu.to_device(x), dst_dev = gpu.to_device(dst);
     for (QuantScheme scheme : kSchemes) {
-      SCOPED_TRACE(describe_case(scheme, DType::bf16, rows, K));
+      SCOPED_TRACE(describe_case(scheme, DType::bf16, rows, K) + " fanout " +
+                   std::to_string(fanout));
       const Shape scale_shape = act_scale_shape(scheme, capacity, K);
       const OwnedTensor q_dev = poisoned_device(gpu, DType::fp8_e4m3, {capacity, K});
       const OwnedTensor scale_dev = poisoned_device(gpu, scale_dtype(scheme), scale_shape);
