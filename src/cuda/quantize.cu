@@ -251,6 +251,9 @@ __device__ __forceinline__ void quantize_step(const QuantizeParams& p, const Des
       p, dests, [&](int64_t dst) { store_chunk(pairs, p.q + dst * p.K, k0, p.K, p.vectorized); });
 }
 
+// The grid is one wave of 2048 threads per SM (resident_row_blocks): registers are capped so that
+// all of it is resident. (At 35 registers, 40 allocated, 6 of 8 blocks fit and the other 2 ran
+// their rows after them; docs/perf.md, thirteenth session.)
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads, 2048 / kMaxThreads)
     quantize_rows_kernel(QuantizeParams p) {
