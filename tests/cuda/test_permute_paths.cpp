@@ -179,7 +179,8 @@ struct Pairs {
 };
 
 // One random routing through `path` and through the radix sort; both must equal the host sort.
-// Without a map every id is its own local expert; with one (int64 ids, or E_local = 1), E > E_local.
+// Without a map every id is its own local expert; with one (int64 ids, or E_local = 1), E >
+// E_local.
 void expect_path_matches_radix_and_host(const CudaSession& s, cuda::PermutePath path,
                                         const std::string& path_name, const Pairs& pc,
                                         int64_t E_local, bool int64_ids, unsigned seed) {
@@ -201,21 +202,34 @@ void expect_path_matches_radix_and_host(const CudaSession& s, cuda::PermutePath 
   expect_same(out, host_permute(r), where + " " + path_name + " vs host");
 }
 
-TEST(CudaPermutePaths, SingleBlockAndRadixSortGiveIdenticalOutputs) {
-  MODMOE_REQUIRE_GPU();
-  CudaSession s;
-  const Pairs pair_counts[] = {{1, 1}, {1, 7}, {128, 8}, {1024, 8}};
-  // E_local = 1024 at 8192 pairs: the fewest segments (15) and the most shared memory (~90 KB).
+// Every (E_local, pair count, id width) of a sweep through `path`, which must take each of them
+// (`fits`); the seed mixes the case with the sweep's own primes, so the two sweeps draw
+// different routings.
+template <typename Fits>
+void expect_sweep_matches_radix_and_host(const CudaSession& s, cuda::PermutePath path,
+                                         const std::string& path_name,
+                                         const std::vector<Pairs>& pair_counts, Fits&& fits,
+                                         unsigned e_prime, unsigned m_prime, unsigned int64_salt) {
   for (const int64_t E_local : {1, 8, 256, 1000, 1024}) {
     for (const Pairs& pc : pair_counts) {
       for (const bool int64_ids : {false, true}) {
-        ASSERT_TRUE(cuda::permute_single_block_fits(pc.M * pc.topk, E_local));
+        ASSERT_TRUE(fits(pc.M * pc.topk, E_local)) << path_name << " " << pc.M * pc.topk;
         expect_path_matches_radix_and_host(
-            s, cuda::PermutePath::single_block, "single_block", pc, E_local, int64_ids,
-            static_cast<unsigned>(E_local * 7919 + pc.M * 31 + pc.topk + (int64_ids ? 1000003 : 0)));
+            s, path, path_name, pc, E_local, int64_ids,
+            static_cast<unsigned>(E_local * e_prime + pc.M * m_prime + pc.topk +
+                                  (int64_ids ? int64_salt : 0)));
       }
     }
   }
+}
+
+// E_local = 1024 at 8192 pairs: the fewest segments (15) and the most shared memory (~90 KB).
+TEST(CudaPermutePaths, SingleBlockAndRadixSortGiveIdenticalOutputs) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession s;
+  expect_sweep_matches_radix_and_host(s, cuda::PermutePath::single_block, "single_block",
+                                      {{1, 1}, {1, 7}, {128, 8}, {1024, 8}},
+                                      cuda::permute_single_block_fits, 7919, 31, 1000003);
 }
 
 // The multi-block counting sort against the radix path and the host, from 1 pair (one block)
@@ -225,17 +239,10 @@ TEST(CudaPermutePaths, SingleBlockAndRadixSortGiveIdenticalOutputs) {
 TEST(CudaPermutePaths, MultiBlockGivesIdenticalOutputs) {
   MODMOE_REQUIRE_GPU();
   CudaSession s;
-  const Pairs pair_counts[] = {{1, 1}, {1, 7}, {1024, 8}, {8192, 8}, {100003, 1}, {65536, 8}};
-  for (const int64_t E_local : {1, 8, 256, 1000, 1024}) {
-    for (const Pairs& pc : pair_counts) {
-      for (const bool int64_ids : {false, true}) {
-        ASSERT_TRUE(cuda::permute_multi_block_fits(pc.M * pc.topk, E_local));
-        expect_path_matches_radix_and_host(
-            s, cuda::PermutePath::multi_block, "multi_block", pc, E_local, int64_ids,
-            static_cast<unsigned>(E_local * 7907 + pc.M * 37 + pc.topk + (int64_ids ? 1000033 : 0)));
-      }
-    }
-  }
+  expect_sweep_matches_radix_and_host(
+      s, cuda::PermutePath::multi_block, "multi_block",
+      {{1, 1}, {1, 7}, {1024, 8}, {8192, 8}, {100003, 1}, {65536, 8}},
+      cuda::permute_multi_block_fits, 7907, 37, 1000033);
 }
 
 // The automatic choice takes the single block up to 2048 pairs, the multi-block sort past that
@@ -283,8 +290,7 @@ TEST(CudaPermutePaths, AutomaticChoiceAndLimits) {
     if (!cuda::permute_multi_block_fits(P, c.E_local)) {
       DeviceWorkspace forced(s, P, c.E_local);
       EXPECT_THAT(error_of([&] {
-                    cuda::permute(d.args(r, cuda::PermutePath::multi_block), forced.ws,
-                                  s.stream());
+                    cuda::permute(d.args(r, cuda::PermutePath::multi_block), forced.ws, s.stream());
                   }),
                   HasSubstr("force_path = multi_block needs num_pairs <= 524288"))
           << where;
@@ -296,9 +302,9 @@ TEST(CudaPermutePaths, AutomaticChoiceAndLimits) {
 TEST(CudaPermutePaths, NoPairsOnEitherPath) {
   MODMOE_REQUIRE_GPU();
   CudaSession s;
-  for (const cuda::PermutePath path : {cuda::PermutePath::single_block,
-                                        cuda::PermutePath::radix_sort,
-                                        cuda::PermutePath::multi_block}) {
+  for (const cuda::PermutePath path :
+       {cuda::PermutePath::single_block, cuda::PermutePath::radix_sort,
+        cuda::PermutePath::multi_block}) {
     DeviceWorkspace w(s, 0, 5);
     cuda::PermuteArgs a;
     a.num_tokens = 0;
