@@ -42,8 +42,13 @@ struct PairRows {
 };
 
 // grid: (M, column tiles). Token t = blockIdx.x.
+// Five resident blocks of 128 threads per SM (ptxas: at most 96 registers, no spills). Unbounded,
+// the 16-bit kernel took 126 registers, so four blocks, and at M = 8192 it read y at 64-74 % of
+// the DRAM peak, each thread's row loads waiting behind the row-index round trip. Five: Qwen3.5
+// fp8 M = 8192's reduce 96.8 -> 76.1 us (ncu, H200, 2026-12-01). Six (80 registers) spilled and
+// lost (84.1 -> 89.0 us).
 template <typename SrcT, typename OutT, int kVec>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void __launch_bounds__(kMaxThreads, 5)
     weighted_reduce_kernel(const SrcT* __restrict__ src, int64_t src_ld, PairRows rows,
                            const float* __restrict__ weights, int32_t topk, int64_t K,
                            OutT* __restrict__ out, int64_t out_ld) {
