@@ -76,19 +76,28 @@ TEST(Sm90TileRules, Fp8WideTileRefusesMxByName) {
   mx.a_scale = mx.b_scale = nullptr;
   mx.a_scale_mx = fake<const uint8_t>(0x70000);
   mx.b_scale_mx = fake<const uint8_t>(0x80000);
-  mx.tile = "128x256";
-  const std::string why_mx = sm90::can_implement(mx);
-  EXPECT_THAT(why_mx, ::testing::HasSubstr("128x256"));
-  EXPECT_THAT(why_mx, ::testing::HasSubstr("MX-FP8"));
+  // Both 256-wide tiles: 128x256 (split M) and 64x256 (ping-pong) have consumers of 256 columns.
+  for (const char* wide : {"128x256", "64x256"}) {
+    mx.tile = wide;
+    const std::string why_mx = sm90::can_implement(mx);
+    EXPECT_THAT(why_mx, ::testing::HasSubstr(wide));
+    EXPECT_THAT(why_mx, ::testing::HasSubstr("MX-FP8"));
 
-  // The same tile takes every gated layout with block scales (a check that the refusal above
-  // comes from the scales, not from the arguments being unusable): an Interleaved half of 128
-  // outputs spans 256 rows of b, and each 64-output part reads its own weight scale.
-  for (GatedLayout layout : {GatedLayout::GateUp, GatedLayout::UpGate, GatedLayout::Interleaved}) {
-    sm90::GemmArgs ok = fp8_gated(1024, layout);
-    ok.tile = "128x256";
-    EXPECT_EQ(sm90::can_implement(ok), "") << gated_layout_name(layout);
+    // The same tile takes every gated layout with block scales (a check that the refusal above
+    // comes from the scales, not from the arguments being unusable): an Interleaved half of 128
+    // outputs spans 256 rows of b, and each 64-output part reads its own weight scale.
+    for (GatedLayout layout :
+         {GatedLayout::GateUp, GatedLayout::UpGate, GatedLayout::Interleaved}) {
+      sm90::GemmArgs ok = fp8_gated(1024, layout);
+      ok.tile = wide;
+      EXPECT_EQ(sm90::can_implement(ok), "") << wide << " " << gated_layout_name(layout);
+    }
   }
+  // At decode sizes (rows <= 64 per expert) an MX call steps down to 64x128.
+  mx.tile.clear();
+  mx.total_rows = 256;
+  EXPECT_EQ(sm90::resolve_tile(mx), "64x128");
+  EXPECT_EQ(sm90::can_implement(mx), "");
 }
 
 TEST(Sm90TileRules, TheHeuristicNeverPicksATileThatRefusesTheCall) {
@@ -117,12 +126,14 @@ TEST(Sm90TileRules, TheHeuristicNeverPicksATileThatRefusesTheCall) {
 // ---- fp8 block scales with K, N not multiples of 128 ------------------------------------------
 
 // B rows (Interleaved: outputs) of one consumer's accumulator half that share one weight scale
-// for tile "BMxBN": the kernel's kWgN / 2, but 64 for the 128-row halves of 128x256, which read
-// one scale per 64 rows.
+// for tile "BMxBN": the kernel's kWgN / 2, but 64 for the 128-row halves of the 256-wide tiles,
+// which read one scale per 64 rows. A consumer holds all BN columns of its rows in the 128-row
+// tiles (split M) and in 64x256 (ping-pong), half of them in the other 64-row tiles (split N).
 int scale_rows(const std::string& tile) {
   const int bm = std::stoi(tile.substr(0, tile.find('x')));
   const int bn = std::stoi(tile.substr(tile.find('x') + 1));
-  const int half = (bm == 128 ? bn : bn / 2) / 2;
+  const bool whole_rows = bm == 128 || bn == 256;
+  const int half = (whole_rows ? bn : bn / 2) / 2;
   return half == 128 ? 64 : half;
 }
 

@@ -5,8 +5,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <iterator>
 #include <mutex>
 #include <sstream>
+#include <utility>
 
 #include "cuda/cuda_check.h"
 #include "cuda/sm90/sm90_gemm.h"
@@ -18,19 +20,30 @@ namespace modmoe::cuda::sm90 {
 namespace {
 
 // The compiled tiles. fp8 keeps two accumulator sets per thread (the running sum and one K
-// block's product): the 128x256 fp8 tile (a 64x256 consumer) promotes one half of its
-// accumulators at a time and takes no MX scales. With block scales a tile must also keep each
-// accumulator half inside one 128-row weight-scale block (fp8_block_misfit).
+// block's product): the 256-wide fp8 tiles (a consumer of 64 rows x 256 columns: 128x256 split
+// M, 64x256 ping-pong) promote one half of their accumulators at a time and take no MX scales.
+// With block scales a tile must also keep each accumulator half inside one 128-row
+// weight-scale block (fp8_block_misfit). TileConfig (sm90_gemm_kernel.cuh) derives the consumer
+// shapes from bm and bn alone; whole_rows must match its kWholeRows.
 struct TileEntry {
   const char* name;
   int bm, bn;
   bool bf16, fp8;
+  bool whole_rows;  // a consumer holds all bn columns of its rows (split M, ping-pong)
 };
 constexpr TileEntry kTiles[] = {
-    {"128x256", 128, 256, true, true}, {"128x128", 128, 128, true, true},
-    {"64x256", 64, 256, true, true},   {"64x128", 64, 128, true, true},
-    {"64x64", 64, 64, true, true},
+    {"128x256", 128, 256, true, true, true}, {"128x128", 128, 128, true, true, true},
+    {"64x256", 64, 256, true, true, true},   {"64x128", 64, 128, true, true, false},
+    {"64x64", 64, 64, true, true, false},
 };
+
+template <size_t... I>
+constexpr bool whole_rows_match_kernels(std::index_sequence<I...>) {
+  return ((kTiles[I].whole_rows == TileConfig<kTiles[I].bm, kTiles[I].bn, false>::kWholeRows) &&
+          ...);
+}
+static_assert(whole_rows_match_kernels(std::make_index_sequence<std::size(kTiles)>{}),
+              "TileEntry::whole_rows must say what the kernel's TileConfig does");
 
 const TileEntry* find_tile(const std::string& name) {
   for (const TileEntry& t : kTiles)
@@ -182,6 +195,8 @@ void dispatch(const TileEntry& tile, bool fp8, bool split_scales, const Maps& ma
       return launch_config<128, 256, true, true>(maps, params, grid, stream);
     if (name == "128x256") return launch_config<128, 256, true>(maps, params, grid, stream);
     if (name == "128x128") return launch_config<128, 128, true>(maps, params, grid, stream);
+    if (name == "64x256" && split_scales)
+      return launch_config<64, 256, true, true>(maps, params, grid, stream);
     if (name == "64x256") return launch_config<64, 256, true>(maps, params, grid, stream);
     if (name == "64x128") return launch_config<64, 128, true>(maps, params, grid, stream);
     if (name == "64x64") return launch_config<64, 64, true>(maps, params, grid, stream);
@@ -203,7 +218,7 @@ int device_sm_count() {
 }
 
 // B rows of one consumer's accumulator half (kWgN / 2 in the kernel's TileConfig).
-constexpr int half_rows(const TileEntry& t) { return (t.bm == 128 ? t.bn : t.bn / 2) / 2; }
+constexpr int half_rows(const TileEntry& t) { return (t.whole_rows ? t.bn : t.bn / 2) / 2; }
 
 // B rows (Interleaved: outputs) of a half that share one fp8 weight scale in the kernel: a whole
 // half, except the 128-row halves of the 128x256 tile, whose two 64-row parts each read their
@@ -219,8 +234,9 @@ static_assert(
     every_scale_part_divides_a_scale_block(),
     "fp8_block_misfit assumes a half's scale parts divide the 128-row weight-scale block");
 
+// MX keeps 32 scale words per accumulator half: no room beside a 256-column consumer's.
 bool is_wide_fp8_mx_tile(const GemmArgs& g, const TileEntry& t) {
-  return g.ab_dtype == DType::fp8_e4m3 && g.mx && t.bm == 128 && t.bn == 256;
+  return g.ab_dtype == DType::fp8_e4m3 && g.mx && half_rows(t) == 128;
 }
 
 // Why `t` cannot apply fp8 block scales to this call ("" when it can). The kernel reads one
@@ -249,8 +265,9 @@ std::string fp8_block_misfit(const GemmArgs& g, const TileEntry& t) {
 }
 
 // Whether the tile's accumulator halves read two weight scales each (the kSplitScales kernel):
-// fp8 block scales on 128x256, gated, where a half's 128 rows may start inside a scale block
-// (GateUp/UpGate with N % 128 != 0; Interleaved, whose halves span 256 rows of b, always).
+// fp8 block scales on a 256-wide tile (128x256, 64x256), gated, where a half's 128 rows may
+// start inside a scale block (GateUp/UpGate with N % 128 != 0; Interleaved, whose halves span
+// 256 rows of b, always).
 bool splits_scales(const GemmArgs& g, const TileEntry& t) {
   return g.ab_dtype == DType::fp8_e4m3 && !g.mx && g.gated && half_rows(t) == 128 &&
          (g.gated_layout == GatedLayout::Interleaved || (g.N_b / 2) % 128 != 0);
@@ -354,8 +371,8 @@ std::string can_implement(const GemmArgs& g) {
                       0)) {
     why << "MX-FP8 scales must be 4-byte aligned";
   } else if (is_wide_fp8_mx_tile(g, *tile)) {
-    why << "tile " << name << " takes no MX-FP8 scales (its 64x256 consumers have no registers "
-        << "for MX's per-step product buffer and scale words)";
+    why << "tile " << name << " takes no MX-FP8 scales (its consumers of 64 rows x 256 columns "
+        << "have no registers for MX's per-step product buffer and scale words)";
   } else if (const std::string misfit = fp8_block_misfit(g, *tile); !misfit.empty()) {
     why << "tile " << name << " cannot apply fp8 block scales here: " << misfit;
   } else if (g.total_rows >= (int64_t{1} << 31) || g.E >= (int64_t{1} << 31) ||

@@ -3,15 +3,24 @@
 // CTA = 3 warpgroups (384 threads):
 //   warpgroup 0  warp 0 lane 0: TMA producer; warp 1: scheduler; 40 registers per thread
 //   warpgroups 1, 2: wgmma consumers, 232 registers per thread. A 128-row tile gives each
-//                consumer 64 rows x BN columns ("split M"); a 64-row tile gives each 64 rows x
-//                BN/2 columns ("split N").
+//                consumer 64 rows x BN columns ("split M"); a 64-row tile of at most 128
+//                columns gives each 64 rows x BN/2 columns ("split N"). The 64x256 tile is
+//                "ping-pong": each consumer takes every other tile of the CTA whole, so one
+//                consumer's epilogue runs while the other consumes the next tile's stages.
 // Shared memory: kStages x [A tile BM x 128 B | B tile BN x 128 B] (128-byte swizzle, as TMA
 // writes it and wgmma reads it), then the barriers and the work-tile ring (Control). A gated B
 // tile is [BN/2 gate rows | BN/2 up rows] (two TMA boxes); each consumer runs one wgmma over
 // its gate rows and one over the matching up rows, so its accumulators are [gate | up] and a
 // thread holds the gate and up values of the same output columns.
-// Synchronization: full[s] (TMA bytes landed) / empty[s] (every consumer warp done reading);
-// work_full[w] (scheduler wrote slot w) / work_empty[w] (producer + every consumer warp read it).
+// Synchronization: full[s] (TMA bytes landed) / empty[s] (every warp of the consumers that read
+// the stage is done); work_full[w] (scheduler wrote slot w) / work_empty[w] (producer + every
+// warp of the consumers that read it). Ping-pong: the stages and slots of a tile are its
+// consumer's alone; the other consumer steps past them without waiting, and turn[c] orders the
+// main loops: consumer c starts a tile's main loop once the other consumer's main loop of the
+// tile before it has ended (its waits on every stage of that tile passed). A parity wait on a
+// stage's barrier is only correct while the barrier is at most one phase behind the awaited
+// one; a consumer that skipped past a whole tile of K blocks (more than kStages of them) would
+// otherwise wait on a stage whose earlier phases have not completed and pass at once.
 #pragma once
 
 #include <cuda.h>
@@ -72,26 +81,34 @@ struct KernelParams {
 };
 
 constexpr int kSmemLimit = 232448;  // sm_90 per-block opt-in maximum
-constexpr int kWorkSlots = 4;
+constexpr int kWorkSlots = 4;       // even: ping-pong consumers take alternate slots
 // The scheduler warp copies m_indptr (or the batched counts) into shared memory once per CTA
 // when it fits: its windows then cost a shared-memory read instead of a global-memory round
 // trip each (decode with E = 256 walks 8 windows).
 constexpr int kIndptrCache = 1025;
 constexpr int kControlBytes = 2048 + 4 * kIndptrCache + 28;
 
-// kSplitScales_: the fp8 128x256 kernel whose 128-row accumulator halves read a weight scale per
-// 64 rows (halves that straddle two 128-row scale blocks; the host picks it, splits_scales in
-// sm90_gemm.cu). A kernel of its own: a runtime branch between the two loops in one kernel
-// left the common loop 3 % more instructions and time (perf.md, seventh session).
+// kSplitScales_: the fp8 kernel with 128-row accumulator halves (128x256, 64x256) that read a
+// weight scale per 64 rows (halves that straddle two 128-row scale blocks; the host picks it,
+// splits_scales in sm90_gemm.cu). A kernel of its own: a runtime branch between the two loops
+// in one kernel left the common loop 3 % more instructions and time (perf.md, seventh session).
+//
+// Ping-pong (64x256): in the split-N form both consumers finished a tile together and ran
+// their epilogues together, and with 1-64 rows per expert (weight streaming) the producer
+// stopped for as long, its stages full: skipping the epilogue took 9 of 79 us off Qwen3 fp8
+// M = 16's GEMM1 and 7 of 46 off its GEMM2 (H200, 2026-12-01, perf.md fourteenth session).
 template <int BM_, int BN_, bool kFp8_, bool kSplitScales_ = false>
 struct TileConfig {
   static constexpr int BM = BM_, BN = BN_;
   static constexpr bool kFp8 = kFp8_, kSplitScales = kSplitScales_;
   static constexpr int kConsumers = 2;
   static constexpr bool kSplitM = BM == 128;
-  static constexpr int kWgN = kSplitM ? BN : BN / 2;  // B rows (columns of D) per consumer
-  static constexpr int kAcc = kWgN / 2;               // fp32 accumulators per thread
-  static constexpr int kGroups = kWgN / 8;            // 8-column groups per consumer
+  static constexpr bool kPingPong = BM == 64 && BN == 256;
+  // A consumer holds whole rows of its tile: split M and ping-pong (not split N).
+  static constexpr bool kWholeRows = kSplitM || kPingPong;
+  static constexpr int kWgN = kWholeRows ? BN : BN / 2;  // B rows (columns of D) per consumer
+  static constexpr int kAcc = kWgN / 2;                  // fp32 accumulators per thread
+  static constexpr int kGroups = kWgN / 8;               // 8-column groups per consumer
   // A consumer's accumulators are two halves of kWgN/2 columns, one wgmma each: plain, its
   // left and right columns; gated, its gate and up columns (the same output columns).
   static constexpr int kHalfAcc = kAcc / 2, kHalfGroups = kGroups / 2;
@@ -105,12 +122,15 @@ struct TileConfig {
   static constexpr int kSmemBytes = kStages * kStageBytes + kControlBytes + 1024;
   static_assert(kSplitM || BM == 64, "64- or 128-row tiles");
   static_assert(kGroups <= 32, "one bit per column group in a 32-bit mask");
-  static_assert(!kSplitScales || (kFp8 && BM == 128 && BN == 256),
-                "split weight scales are for the 128-row halves of the fp8 128x256 tile");
+  static_assert(!kSplitScales || (kFp8 && kWholeRows && BN == 256),
+                "split weight scales are for the 128-row halves of the fp8 256-wide tiles");
+  // Consumers that read a stage (they arrive on its empty barrier) and a work slot.
+  static constexpr int kReadersPerStage = kPingPong ? 1 : kConsumers;
 };
 
 struct Control {
   uint64_t full[8], empty[8];
+  uint64_t turn[2];  // ping-pong: consumer c may start its next main loop
   uint64_t work_full[kWorkSlots], work_empty[kWorkSlots];
   WorkTile work[kWorkSlots];
   uint32_t row_amax[2][64];  // fp8 out, split N: each consumer's per-row |max| (float bits)
@@ -158,13 +178,15 @@ __device__ void produce(const CUtensorMap* map_a, const CUtensorMap* map_b, cons
 
 // ---- scheduler ----------------------------------------------------------------------------------
 
+// `ends`: how many end-of-work tiles to write (ping-pong: one for each consumer, whose slots
+// alternate; the producer stops at the first).
 template <class Finder>
-__device__ void schedule_with(Finder finder, Control& ctl) {
+__device__ void schedule_with(Finder finder, Control& ctl, int ends) {
   const int lane = threadIdx.x % 32;
   int slot = 0;
   uint32_t slot_phase = 0;
   for (int32_t t = blockIdx.x;; t += gridDim.x) {
-    const WorkTile tile = finder.find(t);
+    const WorkTile tile = finder.find(t);  // end_of_work() again past the end
     mbar_wait(&ctl.work_empty[slot], slot_phase ^ 1);
     if (lane == 0) {
       ctl.work[slot] = tile;
@@ -172,13 +194,13 @@ __device__ void schedule_with(Finder finder, Control& ctl) {
     }
     __syncwarp();
     if (++slot == kWorkSlots) slot = 0, slot_phase ^= 1;
-    if (tile.expert < 0) return;
+    if (tile.expert < 0 && --ends == 0) return;
   }
 }
 
 template <int BM>
-__device__ void schedule(const KernelParams& p, Control& ctl) {
-  if (p.scheduler == kPrecomputed) return schedule_with(ListFinder(p.schedule), ctl);
+__device__ void schedule(const KernelParams& p, Control& ctl, int ends) {
+  if (p.scheduler == kPrecomputed) return schedule_with(ListFinder(p.schedule), ctl, ends);
   ScheduleParams sp = p.schedule;
   const bool batched = sp.expert_num_tokens != nullptr;
   const int32_t n = batched ? sp.E : sp.E + 1;
@@ -193,9 +215,9 @@ __device__ void schedule(const KernelParams& p, Control& ctl) {
     (batched ? sp.expert_num_tokens : sp.m_indptr) = ctl.indptr_cache;
   }
   if (p.scheduler == kLinearScan) {
-    schedule_with(LinearScanFinder<BM>(sp), ctl);
+    schedule_with(LinearScanFinder<BM>(sp), ctl, ends);
   } else {
-    schedule_with(CooperativeFinder<BM>(sp), ctl);
+    schedule_with(CooperativeFinder<BM>(sp), ctl, ends);
   }
 }
 
@@ -811,7 +833,7 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
     amax_lo = max(amax_lo, __shfl_xor_sync(0xffffffffu, amax_lo, offset));
     amax_hi = max(amax_hi, __shfl_xor_sync(0xffffffffu, amax_hi, offset));
   }
-  if constexpr (!C::kSplitM) {
+  if constexpr (!C::kWholeRows) {
     const int row_in_tile = warp * 16 + lane / 4;
     if (lane % 4 == 0) {
       ctl.row_amax[wg][row_in_tile] = amax_lo;
@@ -829,7 +851,7 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
   // ceil: with N_out % 128 != 0 the last group is partial; its columns past N_out hold
   // act(0) * 0 = 0 (TMA zero-fills B rows past N), so they do not move the amax.
   const int32_t scale_cols = (p.N_out + 127) / 128;
-  if (lane % 4 == 0 && (C::kSplitM || wg == 0)) {
+  if (lane % 4 == 0 && (C::kWholeRows || wg == 0)) {
     if (r_lo < t.row_end) p.d_scale[r_lo * scale_cols + out_col0 / 128] = scale_lo;
     if (r_lo + 8 < t.row_end) p.d_scale[(r_lo + 8) * scale_cols + out_col0 / 128] = scale_hi;
   }
@@ -850,6 +872,14 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
   }
 }
 
+// Steps the stage ring past n stages (another consumer's tile) without waiting on them.
+template <class C>
+__device__ __forceinline__ void skip_stages(int n, int& stage, uint32_t& phase) {
+  const int s = stage + n;
+  phase ^= static_cast<uint32_t>(s / C::kStages) & 1u;
+  stage = s % C::kStages;
+}
+
 template <class C>
 __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int wg) {
   const int tid = threadIdx.x % 128, lane = tid % 32, warp = tid / 32;
@@ -857,13 +887,19 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
   const int a_offset = C::kSplitM ? wg * 64 * 128 : 0;
   // This consumer's B rows inside the tile, per accumulator half: plain, its kWgN rows (left,
   // right); gated, its kWgN/2 gate rows and the matching up rows BN/2 rows further.
-  const int b_offset0 = C::kSplitM ? 0 : wg * (p.gated ? C::kWgN / 2 : C::kWgN) * 128;
+  const int b_offset0 = C::kWholeRows ? 0 : wg * (p.gated ? C::kWgN / 2 : C::kWgN) * 128;
   const int b_offset1 = b_offset0 + (p.gated ? C::BN / 2 : C::kWgN / 2) * 128;
   const OperandFields fields{sw128_start_field(tiles + a_offset),
                              sw128_start_field(tiles + C::kABytes + b_offset0),
                              sw128_start_field(tiles + C::kABytes + b_offset1)};
   int stage = 0, slot = 0;
   uint32_t phase = 0, slot_phase = 0;
+  // Ping-pong: consumer wg takes the CTA's tiles wg, wg + 2, ..., i.e. the work slots wg, wg + 2,
+  // ... (kWorkSlots is even), and steps past the stages of each tile of the other consumer
+  // (as many as a tile has K blocks) before its own.
+  if constexpr (C::kPingPong) slot = wg;
+  bool first_tile = true;
+  uint32_t turn_phase = 0;
   while (true) {
     // Lane 0 reads the slot and hands it to the warp by shuffles, so the arrive that frees the
     // slot orders the only read of it (a read by every lane, ordered by __syncwarp before lane
@@ -879,11 +915,21 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
     t.row_begin = __shfl_sync(0xffffffffu, t.row_begin, 0);
     t.row_end = __shfl_sync(0xffffffffu, t.row_end, 0);
     t.n_block = __shfl_sync(0xffffffffu, t.n_block, 0);
-    if (++slot == kWorkSlots) slot = 0, slot_phase ^= 1;
+    slot += C::kPingPong ? 2 : 1;
+    if (slot >= kWorkSlots) slot -= kWorkSlots, slot_phase ^= 1;
     if (t.expert < 0) return;
+    if constexpr (C::kPingPong) {
+      if (!first_tile || wg == 1) {
+        skip_stages<C>(p.num_k_blocks, stage, phase);
+        mbar_wait(&ctl.turn[wg], turn_phase);  // the other consumer's main loop has ended
+        turn_phase ^= 1;
+      }
+    }
+    first_tile = false;
 
     const int32_t r_lo = t.row_begin + (C::kSplitM ? wg * 64 : 0) + warp * 16 + lane / 4;
-    const int32_t wg_col0 = t.n_block * C::BN + (C::kSplitM ? 0 : wg * C::kWgN);  // tile row of B
+    // This consumer's first B row of the tile.
+    const int32_t wg_col0 = t.n_block * C::BN + (C::kWholeRows ? 0 : wg * C::kWgN);
 
     if constexpr (C::kFp8) {
 #pragma unroll
@@ -902,6 +948,11 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
       }
     } else {
       bf16_main_loop<C>(p, fields, ctl, acc, stage, phase);
+    }
+
+    if constexpr (C::kPingPong) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&ctl.turn[wg ^ 1]);
     }
 
     // ---- epilogue ----
@@ -962,12 +1013,13 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       mbar_init(&ctl.full[s], 1);
-      mbar_init(&ctl.empty[s], 4 * C::kConsumers);
+      mbar_init(&ctl.empty[s], 4 * C::kReadersPerStage);
     }
     for (int w = 0; w < kWorkSlots; ++w) {
       mbar_init(&ctl.work_full[w], 1);
-      mbar_init(&ctl.work_empty[w], 1 + 4 * C::kConsumers);
+      mbar_init(&ctl.work_empty[w], 1 + 4 * C::kReadersPerStage);
     }
+    for (int c = 0; c < 2; ++c) mbar_init(&ctl.turn[c], 4);  // every warp of the other consumer
     fence_barrier_init();
   }
   __syncthreads();
@@ -977,7 +1029,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     if (warp == 0) {
       if (threadIdx.x == 0) produce<C>(&map_a, &map_b, p, tiles, ctl);
     } else if (warp == 1) {
-      schedule<C::BM>(p, ctl);
+      schedule<C::BM>(p, ctl, C::kPingPong ? 2 : 1);
     }
   } else {
     setmaxnreg_increase<232>();
