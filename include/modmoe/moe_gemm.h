@@ -70,9 +70,10 @@ void moe_gemm_groupwise(const Context& ctx, const Tensor& a, const Tensor& b, co
 
 // The Hopper kernel's tile shapes, "BMxBN" (rows of a x rows of b per CTA tile; gated tiles
 // hold BN/2 gate and BN/2 up rows). Empty in a build without the sm_90a kernels. Not every
-// tile takes every call: 128x256 takes fp8 with block scales and a plain, GateUp or UpGate B
-// only (not MX, not Interleaved), and an fp8 out needs a 256-wide tile; a tile that cannot run a
-// call is refused with the reason (docs/hopper.md).
+// tile takes every call: the 256-wide tiles (128x256, 64x256) take no MX scales, fp8 block
+// scales need the tile's weight-scale parts to lie in one 128-row block (gated N % 64 == 0 on
+// the 256-wide tiles), and an fp8 out needs a 256-wide tile; a tile that cannot run a call is
+// refused with the reason (docs/hopper.md).
 std::vector<std::string> moe_gemm_sm90_tiles();
 
 // Whether ctx's device can run the Hopper kernel (a CUDA device of compute capability 9.0 and a
@@ -80,8 +81,8 @@ std::vector<std::string> moe_gemm_sm90_tiles();
 bool moe_gemm_sm90_available(const Context& ctx);
 
 // The tile the heuristic picks for these sizes (for benchmarks and tests; "" without sm_90a).
-// An fp8 call with MX scales or an Interleaved gated B runs 128x128 (64x256 for an fp8 out)
-// where this says 128x256.
+// An fp8 call with MX scales runs 128x128 where this says 128x256 and 64x128 where it says
+// 64x256; one with block scales that a tile cannot take runs the next tile that can.
 std::string moe_gemm_sm90_tile_for(int64_t total_rows, int64_t N_out, int64_t K, int64_t E,
                                    bool gated, DType dtype, int sm_count);
 

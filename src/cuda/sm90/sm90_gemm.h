@@ -99,11 +99,11 @@ std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E,
 
 // The tile launch() runs: args.tile when given, else choose_tile()'s pick, stepped down (in
 // the order 128x256, 128x128, 64x256, 64x128, 64x64; an fp8 out keeps a 256-wide tile) to the
-// first tile that takes the call: not 128x256 for MX-FP8, and for fp8 block scales a tile whose
-// weight-scale parts (B rows that share one scale in the kernel) each lie in one 128-row
-// weight-scale block (gated GateUp/UpGate: N % s == 0, with s = 64 for 128x256 (its 128-row
-// halves read a scale per 64 rows), 128x128 and 64x256, 32 for 64x128, 16 for 64x64;
-// Interleaved: every tile). When none does, the last one tried, which can_implement then
+// first tile that takes the call: not the 256-wide tiles (128x256, 64x256) for MX-FP8, and for
+// fp8 block scales a tile whose weight-scale parts (B rows that share one scale in the kernel)
+// each lie in one 128-row weight-scale block (gated GateUp/UpGate: N % s == 0, with s = 64 for
+// the 256-wide tiles (their 128-row halves read a scale per 64 rows) and 128x128, 32 for 64x128,
+// 16 for 64x64; Interleaved: every tile). When none does, the last one tried, which can_implement then
 // refuses with what it needs.
 std::string resolve_tile(const GemmArgs& args);
 
