@@ -221,7 +221,7 @@ int device_sm_count() {
 constexpr int half_rows(const TileEntry& t) { return (t.whole_rows ? t.bn : t.bn / 2) / 2; }
 
 // B rows (Interleaved: outputs) of a half that share one fp8 weight scale in the kernel: a whole
-// half, except the 128-row halves of the 128x256 tile, whose two 64-row parts each read their
+// half, except the 128-row halves of the 256-wide tiles, whose two 64-row parts each read their
 // own (ScaleCursor::b_mid in sm90_gemm_kernel.cuh).
 constexpr int scale_rows(const TileEntry& t) { return half_rows(t) == 128 ? 64 : half_rows(t); }
 

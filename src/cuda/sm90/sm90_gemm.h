@@ -103,8 +103,8 @@ std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E,
 // fp8 block scales a tile whose weight-scale parts (B rows that share one scale in the kernel)
 // each lie in one 128-row weight-scale block (gated GateUp/UpGate: N % s == 0, with s = 64 for
 // the 256-wide tiles (their 128-row halves read a scale per 64 rows) and 128x128, 32 for 64x128,
-// 16 for 64x64; Interleaved: every tile). When none does, the last one tried, which can_implement then
-// refuses with what it needs.
+// 16 for 64x64; Interleaved: every tile). When none does, the last one tried, which
+// can_implement then refuses with what it needs.
 std::string resolve_tile(const GemmArgs& args);
 
 // Why the kernel cannot run these arguments ("" when it can): alignment, dtypes, tile, ...
