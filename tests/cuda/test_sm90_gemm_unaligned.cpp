@@ -3,7 +3,9 @@
 // with a partial last one, a partial last K block (TMA's zero fill past K), B rows of a gated
 // half starting inside a 128-row weight-scale block, and the fp8 out's partial last
 // quantization group. Called directly because the public moe_gemm_groupwise contract still
-// asks K % 128 for fp8 block scales (its CPU path reads K/128 groups).
+// asks K % 128 for fp8 block scales (its CPU path reads K/128 groups), and because it sets the
+// grid: FewCtasTakeManyTilesEach runs 1-3 persistent CTAs over many tiles each (the stage ring
+// and the ping-pong hand-off), with bf16 operands as well (the fp8 operands' values, rounded).
 //
 // Reference: the same e4m3 codes and scales dequantized on the host (quant.h), products in
 // double; an fp8 out is compared with the CPU quantizer applied to that reference (same
