@@ -5,10 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <iterator>
 #include <mutex>
 #include <sstream>
-#include <utility>
 
 #include "cuda/cuda_check.h"
 #include "cuda/sm90/sm90_gemm.h"
@@ -23,27 +21,18 @@ namespace {
 // block's product): the 256-wide fp8 tiles (a consumer of 64 rows x 256 columns: 128x256 split
 // M, 64x256 ping-pong) promote one half of their accumulators at a time and take no MX scales.
 // With block scales a tile must also keep each accumulator half inside one 128-row
-// weight-scale block (fp8_block_misfit). TileConfig (sm90_gemm_kernel.cuh) derives the consumer
-// shapes from bm and bn alone; whole_rows must match its kWholeRows.
+// weight-scale block (fp8_block_misfit). The consumer shapes follow from bm and bn
+// (consumer_holds_whole_rows, sm90_gemm_kernel.cuh).
 struct TileEntry {
   const char* name;
   int bm, bn;
   bool bf16, fp8;
-  bool whole_rows;  // a consumer holds all bn columns of its rows (split M, ping-pong)
 };
 constexpr TileEntry kTiles[] = {
-    {"128x256", 128, 256, true, true, true}, {"128x128", 128, 128, true, true, true},
-    {"64x256", 64, 256, true, true, true},   {"64x128", 64, 128, true, true, false},
-    {"64x64", 64, 64, true, true, false},
+    {"128x256", 128, 256, true, true}, {"128x128", 128, 128, true, true},
+    {"64x256", 64, 256, true, true},   {"64x128", 64, 128, true, true},
+    {"64x64", 64, 64, true, true},
 };
-
-template <size_t... I>
-constexpr bool whole_rows_match_kernels(std::index_sequence<I...>) {
-  return ((kTiles[I].whole_rows == TileConfig<kTiles[I].bm, kTiles[I].bn, false>::kWholeRows) &&
-          ...);
-}
-static_assert(whole_rows_match_kernels(std::make_index_sequence<std::size(kTiles)>{}),
-              "TileEntry::whole_rows must say what the kernel's TileConfig does");
 
 const TileEntry* find_tile(const std::string& name) {
   for (const TileEntry& t : kTiles)
@@ -218,7 +207,9 @@ int device_sm_count() {
 }
 
 // B rows of one consumer's accumulator half (kWgN / 2 in the kernel's TileConfig).
-constexpr int half_rows(const TileEntry& t) { return (t.whole_rows ? t.bn : t.bn / 2) / 2; }
+constexpr int half_rows(const TileEntry& t) {
+  return (consumer_holds_whole_rows(t.bm, t.bn) ? t.bn : t.bn / 2) / 2;
+}
 
 // B rows (Interleaved: outputs) of a half that share one fp8 weight scale in the kernel: a whole
 // half, except the 128-row halves of the 256-wide tiles, whose two 64-row parts each read their

@@ -97,15 +97,22 @@ constexpr int kControlBytes = 2048 + 4 * kIndptrCache + 28;
 // their epilogues together, and with 1-64 rows per expert (weight streaming) the producer
 // stopped for as long, its stages full: skipping the epilogue took 9 of 79 us off Qwen3 fp8
 // M = 16's GEMM1 and 7 of 46 off its GEMM2 (H200, 2026-12-01, perf.md fourteenth session).
+// The consumer shapes of a BMxBN tile (the host's tile rules use the same functions): the
+// 128-row tiles split M, 64x256 is ping-pong, the other 64-row tiles split N. In the first two a
+// consumer holds whole rows of its tile (all BN columns).
+constexpr bool is_ping_pong_tile(int bm, int bn) { return bm == 64 && bn == 256; }
+constexpr bool consumer_holds_whole_rows(int bm, int bn) {
+  return bm == 128 || is_ping_pong_tile(bm, bn);
+}
+
 template <int BM_, int BN_, bool kFp8_, bool kSplitScales_ = false>
 struct TileConfig {
   static constexpr int BM = BM_, BN = BN_;
   static constexpr bool kFp8 = kFp8_, kSplitScales = kSplitScales_;
   static constexpr int kConsumers = 2;
   static constexpr bool kSplitM = BM == 128;
-  static constexpr bool kPingPong = BM == 64 && BN == 256;
-  // A consumer holds whole rows of its tile: split M and ping-pong (not split N).
-  static constexpr bool kWholeRows = kSplitM || kPingPong;
+  static constexpr bool kPingPong = is_ping_pong_tile(BM, BN);
+  static constexpr bool kWholeRows = consumer_holds_whole_rows(BM, BN);
   static constexpr int kWgN = kWholeRows ? BN : BN / 2;  // B rows (columns of D) per consumer
   static constexpr int kAcc = kWgN / 2;                  // fp32 accumulators per thread
   static constexpr int kGroups = kWgN / 8;               // 8-column groups per consumer
