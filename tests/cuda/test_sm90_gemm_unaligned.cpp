@@ -393,6 +393,13 @@ TEST(Sm90GemmUnaligned, FewCtasTakeManyTilesEach) {
                     "")
               << what;
           EXPECT_TRUE(close_to(p, as_floats(r.out), ref, r.out, N_out, kFp32OutTolerance)) << what;
+          if (mode != Mode::plain) continue;
+          // A bf16 out: the 128-row tiles store whole 16-row pieces through TMA.
+          ASSERT_EQ(testing::error_of([&] { r = run(gpu, p, o, N_b, mode, DType::bf16, tile); }),
+                    "")
+              << what << " bf16 out";
+          EXPECT_TRUE(close_to(p, as_floats(r.out), ref, r.out, N_out, 4e-3))
+              << what << " bf16 out";
         }
       }
       p.grid = 0;

@@ -74,8 +74,9 @@ CUtensorMap make_map(const void* base, DType dtype, int rank, const cuuint64_t* 
                      const cuuint64_t* strides_bytes, const cuuint32_t* box, const char* what) {
   CUtensorMap map;
   cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
-  const CUtensorMapDataType type =
-      dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  const CUtensorMapDataType type = dtype == DType::bf16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : dtype == DType::fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                          : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const CUresult r =
       encode_function()(&map, type, rank, const_cast<void*>(base), dims, strides_bytes, box,
                         element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -86,8 +87,16 @@ CUtensorMap make_map(const void* base, DType dtype, int rank, const cuuint64_t* 
 }
 
 struct Maps {
-  CUtensorMap a, b;
+  CUtensorMap a, b, d;  // d: only for TMA stores (else a copy of b, never read)
 };
+
+// Whether the epilogue stores through TMA (KernelParams::tma_store): a plain 16-bit out on a
+// 128-row tile, rows a multiple of 16 bytes (TMA's pitch), no folded reduce.
+bool uses_tma_store(const GemmArgs& g, const TileEntry& tile) {
+  return !g.gated && g.row_pair == nullptr &&
+         (g.d_dtype == DType::bf16 || g.d_dtype == DType::fp16) && g.n_out() % 8 == 0 &&
+         tile.bm == 128;
+}
 
 Maps make_maps(const GemmArgs& g, const TileEntry& tile) {
   const int64_t es = dtype_size(g.ab_dtype);
@@ -115,6 +124,14 @@ Maps make_maps(const GemmArgs& g, const TileEntry& tile) {
                                    row * g.N_b};
     const cuuint32_t box[4] = {bk, 1, cuuint32_t(tile.bn / 2), 1};
     m.b = make_map(g.b, g.ab_dtype, 4, dims, strides, box, "b (gated)");
+  }
+  m.d = m.b;
+  if (uses_tma_store(g, tile)) {
+    // One 16-row x 64-column piece per store (a consumer warp's rows), 128-byte swizzle.
+    const cuuint64_t dims[2] = {cuuint64_t(g.n_out()), cuuint64_t(g.total_rows)};
+    const cuuint64_t strides[1] = {cuuint64_t(g.n_out() * dtype_size(g.d_dtype))};
+    const cuuint32_t box[2] = {64, 16};
+    m.d = make_map(g.d, g.d_dtype, 2, dims, strides, box, "out");
   }
   return m;
 }
@@ -172,7 +189,7 @@ void launch_config(const Maps& maps, const KernelParams& params, int grid, cudaS
   // but it is cheap and stays correct when several devices are used).
   MODMOE_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(maps.a, maps.b, params);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(maps.a, maps.b, maps.d, params);
   MODMOE_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -453,6 +470,7 @@ KernelParams make_params(const GemmArgs& g, const TileEntry& tile) {
                : g.d_dtype == DType::fp32 ? kOutFp32
                                           : kOutFp8;
   p.d_scale = g.d_scale;
+  p.tma_store = uses_tma_store(g, tile);
   p.row_pair = g.row_pair;
   p.pair_weight = g.pair_weight;
   p.topk = static_cast<int32_t>(g.topk);

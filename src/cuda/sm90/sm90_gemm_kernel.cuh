@@ -73,6 +73,10 @@ struct KernelParams {
   int64_t ldd;
   int32_t out_kind;  // OutKind
   float* d_scale;    // fp8 out: (rows, ceil(N_out / 128))
+  // Plain 16-bit out through TMA stores (map_d; 128-row tiles, N_out % 8 == 0, no fold): a
+  // warp whose 16 rows all lie in the expert stages 16 x 64 pieces in shared memory and one
+  // lane stores them, so the consumer goes on to its next tile while the stores drain.
+  int32_t tma_store;
 
   // Folded top-k reduce (plain fp32 only): d[row_pair[r] / topk] += weight * row r.
   const int32_t* row_pair;
@@ -123,10 +127,14 @@ struct TileConfig {
   static constexpr int kKStep = kFp8 ? 32 : 16;  // K per wgmma instruction
   static constexpr int kABytes = BM * 128, kBBytes = BN * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  static constexpr int kStagesFit = (kSmemLimit - kControlBytes - 1024) / kStageBytes;
+  // TMA-store staging (128-row tiles): one 16-row x 64-column 16-bit piece per consumer warp.
+  // (Built into the ping-pong 64x256 kernel too, the fp8 one spilled 8-16 bytes.)
+  static constexpr int kStorePieceBytes = 16 * 128;
+  static constexpr int kStoreBytes = kSplitM ? 4 * kConsumers * kStorePieceBytes : 0;
+  static constexpr int kStagesFit = (kSmemLimit - kControlBytes - 1024 - kStoreBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit < 8 ? kStagesFit : 8;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kSmemBytes = kStages * kStageBytes + kControlBytes + 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kStoreBytes + kControlBytes + 1024;
   static_assert(kSplitM || BM == 64, "64- or 128-row tiles");
   static_assert(kGroups <= 32, "one bit per column group in a 32-bit mask");
   static_assert(!kSplitScales || (kFp8 && kWholeRows && BN == 256),
@@ -332,6 +340,43 @@ __device__ __forceinline__ void store_tile(const KernelParams& p, const float (&
           *reinterpret_cast<float2*>(static_cast<float*>(p.d) + row * p.ldd + col) =
               make_float2(v[i], v[i + 1]);
       }
+    }
+  }
+}
+
+// store_tile through TMA for one consumer half (kGroupsOut 8-column groups from col0), for a
+// warp whose 16 rows [warp_row0, warp_row0 + 16) all lie in the expert (the caller checks; a box
+// would also write the next expert's rows): each 64-column piece goes into the warp's staging
+// buffer (the 128-byte swizzle the map_d box uses: 16-byte chunk g of row r at chunk g ^ (r % 8),
+// so a store instruction's 32 lanes hit 32 banks), a fence, and lane 0 stores it; the next piece
+// waits until the previous one has been read. Columns past N_out are clipped by the tensor map.
+// (A fallback to store_tile inside, for the other warps, made the fp8 256-wide kernels spill.)
+template <typename T, int kGroupsOut, int kAcc>
+__device__ __forceinline__ void store_tile_tma(const CUtensorMap* map_d, uint8_t* buf,
+                                               const float (&v)[kAcc], int32_t col0,
+                                               int32_t warp_row0) {
+  static_assert(kGroupsOut % 8 == 0, "64-column pieces");
+  const int lane = threadIdx.x % 32;
+  const int r = lane / 4;  // rows r and r + 8 of the piece
+  // 32-bit shared addresses: this lane's word of row r; row r + 8 is 1024 bytes further, chunk
+  // g at (g ^ r) * 16 (r < 8, so r + 8 swizzles the same way).
+  const uint32_t lane_word = smem_addr(buf) + r * 128 + 4 * (lane % 4);
+#pragma unroll
+  for (int piece = 0; piece < kGroupsOut / 8; ++piece) {
+    if (lane == 0) bulk_wait_group_read<0>();
+    __syncwarp();
+#pragma unroll
+    for (int g = 0; g < 8; ++g) {
+      const int j = 8 * piece + g;
+      const uint32_t at = lane_word + ((g ^ r) << 4);
+      st_shared_b32(at, pack_pair<T>(v[4 * j], v[4 * j + 1]));
+      st_shared_b32(at + 1024, pack_pair<T>(v[4 * j + 2], v[4 * j + 3]));
+    }
+    fence_proxy_async_shared();
+    __syncwarp();
+    if (lane == 0) {
+      tma_store_2d(map_d, buf, col0 + 64 * piece, warp_row0);
+      bulk_commit_group();
     }
   }
 }
@@ -888,7 +933,8 @@ __device__ __forceinline__ void skip_stages(int n, int& stage, uint32_t& phase) 
 }
 
 template <class C>
-__device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int wg) {
+__device__ void consume(const KernelParams& p, const CUtensorMap* map_d, uint8_t* tiles,
+                        Control& ctl, int wg) {
   const int tid = threadIdx.x % 128, lane = tid % 32, warp = tid / 32;
   float acc[2][C::kHalfAcc];
   const int a_offset = C::kSplitM ? wg * 64 * 128 : 0;
@@ -924,7 +970,10 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
     t.n_block = __shfl_sync(0xffffffffu, t.n_block, 0);
     slot += C::kPingPong ? 2 : 1;
     if (slot >= kWorkSlots) slot -= kWorkSlots, slot_phase ^= 1;
-    if (t.expert < 0) return;
+    if (t.expert < 0) {
+      if (C::kSplitM && p.tma_store && lane == 0) bulk_wait_group<0>();  // stores landed
+      return;
+    }
     if constexpr (C::kPingPong) {
       if (!first_tile || wg == 1) {
         skip_stages<C>(p.num_k_blocks, stage, phase);
@@ -969,6 +1018,25 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
       continue;
     }
     if (!p.gated) {
+      if constexpr (C::kSplitM) {
+        const int32_t warp_row0 = r_lo - lane / 4;
+        if (p.tma_store && warp_row0 + 16 <= t.row_end) {
+          // Recomputed here rather than held through the main loop (registers).
+          uint8_t* const store_buf =
+              tiles + C::kStages * C::kStageBytes + (threadIdx.x / 32 - 4) * C::kStorePieceBytes;
+          if (p.out_kind == kOutBf16) {
+            store_tile_tma<__nv_bfloat16, C::kHalfGroups>(map_d, store_buf, acc[0], wg_col0,
+                                                          warp_row0);
+            store_tile_tma<__nv_bfloat16, C::kHalfGroups>(map_d, store_buf, acc[1],
+                                                          wg_col0 + C::kWgN / 2, warp_row0);
+          } else {
+            store_tile_tma<__half, C::kHalfGroups>(map_d, store_buf, acc[0], wg_col0, warp_row0);
+            store_tile_tma<__half, C::kHalfGroups>(map_d, store_buf, acc[1], wg_col0 + C::kWgN / 2,
+                                                   warp_row0);
+          }
+          continue;
+        }
+      }
       switch (p.out_kind) {
         case kOutBf16:
           store_tile<__nv_bfloat16, C::kHalfGroups>(p, acc[0], wg_col0, r_lo, t.row_end);
@@ -1008,13 +1076,14 @@ __device__ void consume(const KernelParams& p, uint8_t* tiles, Control& ctl, int
 template <class C>
 __global__ void __launch_bounds__(C::kThreads, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
-                        const __grid_constant__ CUtensorMap map_b, const KernelParams p) {
+                        const __grid_constant__ CUtensorMap map_b,
+                        const __grid_constant__ CUtensorMap map_d, const KernelParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   // TMA's 128-byte swizzle and the wgmma descriptors want 1024-byte aligned tiles.
   uint8_t* tiles = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                               ~static_cast<uintptr_t>(1023));
-  Control& ctl = *reinterpret_cast<Control*>(tiles + C::kStages * C::kStageBytes);
+  Control& ctl = *reinterpret_cast<Control*>(tiles + C::kStages * C::kStageBytes + C::kStoreBytes);
   const int warp = threadIdx.x / 32;
 
   if (threadIdx.x == 0) {
@@ -1040,7 +1109,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     }
   } else {
     setmaxnreg_increase<232>();
-    consume<C>(p, tiles, ctl, warp / 4 - 1);
+    consume<C>(p, &map_d, tiles, ctl, warp / 4 - 1);
   }
 #endif
 }
