@@ -9,7 +9,8 @@
 //   warpgroups 1..: wgmma consumers, 64 rows each; fp8 block scales promoted per 128-wide K
 //                block in registers (MX-FP8: per 32-wide K step); the epilogue (act(gate)*up for
 //                gated tiles, optional fp8 group-128 quantization) in registers, stores bounded by
-//                the expert's rows.
+//                the expert's rows (a 16-bit plain out of a 128-row tile leaves through TMA
+//                stores where a warp's 16 rows all lie in the expert).
 // Rows: TMA boxes have a fixed size, so the last row block of an expert also loads up to BM-1
 // rows past the expert's end (the next expert's rows, or zeros past the tensor: never memory
 // outside `a`); those rows' products are discarded: nothing past m_indptr[e+1] is written.

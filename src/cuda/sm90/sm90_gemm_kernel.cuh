@@ -8,7 +8,8 @@
 //                "ping-pong": each consumer takes every other tile of the CTA whole, so one
 //                consumer's epilogue runs while the other consumes the next tile's stages.
 // Shared memory: kStages x [A tile BM x 128 B | B tile BN x 128 B] (128-byte swizzle, as TMA
-// writes it and wgmma reads it), then the barriers and the work-tile ring (Control). A gated B
+// writes it and wgmma reads it), on 128-row tiles the TMA-store staging (2 KB per consumer warp:
+// store_tile_tma), then the barriers and the work-tile ring (Control). A gated B
 // tile is [BN/2 gate rows | BN/2 up rows] (two TMA boxes); each consumer runs one wgmma over
 // its gate rows and one over the matching up rows, so its accumulators are [gate | up] and a
 // thread holds the gate and up values of the same output columns.
