@@ -91,11 +91,12 @@ struct Maps {
 };
 
 // Whether the epilogue stores through TMA (KernelParams::tma_store): a plain 16-bit out on a
-// 128-row tile, rows a multiple of 16 bytes (TMA's pitch), no folded reduce.
+// tile with the staging (stages_tma_stores, sm90_gemm_kernel.cuh), rows a multiple of 16 bytes
+// (TMA's pitch), no folded reduce.
 bool uses_tma_store(const GemmArgs& g, const TileEntry& tile) {
   return !g.gated && g.row_pair == nullptr &&
          (g.d_dtype == DType::bf16 || g.d_dtype == DType::fp16) && g.n_out() % 8 == 0 &&
-         tile.bm == 128;
+         stages_tma_stores(tile.bm);
 }
 
 Maps make_maps(const GemmArgs& g, const TileEntry& tile) {

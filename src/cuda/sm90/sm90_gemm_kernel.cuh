@@ -109,6 +109,10 @@ constexpr bool is_ping_pong_tile(int bm, int bn) { return bm == 64 && bn == 256;
 constexpr bool consumer_holds_whole_rows(int bm, int bn) {
   return bm == 128 || is_ping_pong_tile(bm, bn);
 }
+// The tiles with TMA-store staging (store_tile_tma): the 128-row ones, whose consumer warps hold
+// 16 whole rows each. (The ping-pong 64x256 fp8 kernel spilled 8-16 bytes with it.) The host's
+// KernelParams::tma_store asks for it only on these tiles.
+constexpr bool stages_tma_stores(int bm) { return bm == 128; }
 
 template <int BM_, int BN_, bool kFp8_, bool kSplitScales_ = false>
 struct TileConfig {
@@ -128,10 +132,10 @@ struct TileConfig {
   static constexpr int kKStep = kFp8 ? 32 : 16;  // K per wgmma instruction
   static constexpr int kABytes = BM * 128, kBBytes = BN * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // TMA-store staging (128-row tiles): one 16-row x 64-column 16-bit piece per consumer warp.
-  // (Built into the ping-pong 64x256 kernel too, the fp8 one spilled 8-16 bytes.)
+  // TMA-store staging: one 16-row x 64-column 16-bit piece per consumer warp.
+  static constexpr bool kTmaStores = stages_tma_stores(BM);
   static constexpr int kStorePieceBytes = 16 * 128;
-  static constexpr int kStoreBytes = kSplitM ? 4 * kConsumers * kStorePieceBytes : 0;
+  static constexpr int kStoreBytes = kTmaStores ? 4 * kConsumers * kStorePieceBytes : 0;
   static constexpr int kStagesFit = (kSmemLimit - kControlBytes - 1024 - kStoreBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit < 8 ? kStagesFit : 8;
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -972,7 +976,7 @@ __device__ void consume(const KernelParams& p, const CUtensorMap* map_d, uint8_t
     slot += C::kPingPong ? 2 : 1;
     if (slot >= kWorkSlots) slot -= kWorkSlots, slot_phase ^= 1;
     if (t.expert < 0) {
-      if (C::kSplitM && p.tma_store && lane == 0) bulk_wait_group<0>();  // stores landed
+      if (C::kTmaStores && p.tma_store && lane == 0) bulk_wait_group<0>();  // stores landed
       return;
     }
     if constexpr (C::kPingPong) {
@@ -1019,7 +1023,7 @@ __device__ void consume(const KernelParams& p, const CUtensorMap* map_d, uint8_t
       continue;
     }
     if (!p.gated) {
-      if constexpr (C::kSplitM) {
+      if constexpr (C::kTmaStores) {
         const int32_t warp_row0 = r_lo - lane / 4;
         if (p.tma_store && warp_row0 + 16 <= t.row_end) {
           // Recomputed here rather than held through the main loop (registers).
