@@ -146,6 +146,13 @@ struct TileConfig {
                 "split weight scales are for the 128-row halves of the fp8 256-wide tiles");
   // Consumers that read a stage (they arrive on its empty barrier) and a work slot.
   static constexpr int kReadersPerStage = kPingPong ? 1 : kConsumers;
+  // Epilogue stores in compact loops when every store of a warp is whole (store_tile,
+  // gated_epilogue), for the ping-pong tile only: there a consumer's first epilogue on an SM
+  // (its code fetched while the weight stream fills the memory queues) outlasted the other
+  // consumer's main loop and held back the CTA's third tile. Built for every tile, the 128x256
+  // fp8 kernels spilled 8-12 bytes and the fp8 M = 8192 layers ran 2-12 % slower (H200,
+  // docs/perf.md seventeenth session); the other tiles keep the general loops.
+  static constexpr bool kCompactStores = kPingPong;
 };
 
 struct Control {
@@ -277,6 +284,27 @@ __device__ __forceinline__ uint32_t pack_pair<__half>(float v0, float v1) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// Groups j and j + 1 of a consumer's results as 16-bit pairs, exchanged between neighbouring
+// lanes (q, q ^ 1) so that each lane holds 4 contiguous columns of both its rows: words[h] =
+// (row h) columns 8 j + 8 (q % 2) + 4 (q / 2) + 0..3 (see store_tile).
+template <typename T, int kAcc>
+__device__ __forceinline__ void exchange_words(const float (&v)[kAcc], int j, bool odd,
+                                               uint32_t (&words)[2][2]) {
+  // This lane's words of (group j + g, row h): w_g_h.
+  const uint32_t w00 = pack_pair<T>(v[4 * j + 0], v[4 * j + 1]);
+  const uint32_t w01 = pack_pair<T>(v[4 * j + 2], v[4 * j + 3]);
+  const uint32_t w10 = pack_pair<T>(v[4 * j + 4], v[4 * j + 5]);
+  const uint32_t w11 = pack_pair<T>(v[4 * j + 6], v[4 * j + 7]);
+  // Send the other group's words, keep this lane's group's.
+  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, odd ? w00 : w10, 1);
+  const uint32_t got1 = __shfl_xor_sync(0xffffffffu, odd ? w01 : w11, 1);
+  // Row h, columns in order: the even lane's word first.
+  words[0][0] = odd ? got0 : w00;
+  words[0][1] = odd ? w10 : got0;
+  words[1][0] = odd ? got1 : w01;
+  words[1][1] = odd ? w11 : got1;
+}
+
 // Stores a consumer's results: `v[4 * j + q]` for j < kGroupsOut (group j = output columns
 // col0 + 8 j + 2 (lane % 4) + {0, 1}; q / 2 picks the row r_lo or r_hi).
 //
@@ -288,7 +316,7 @@ __device__ __forceinline__ uint32_t pack_pair<__half>(float v0, float v1) {
 // q keeps group j + q % 2 and takes its neighbour's words of it, so that it holds 4 contiguous
 // columns (8 bytes) of each row, and a store instruction's 4 lanes write all 32 bytes of
 // columns 8j .. 8j + 15 of a row.
-template <typename T, int kGroupsOut, int kAcc>
+template <typename T, int kGroupsOut, bool kCompact, int kAcc>
 __device__ __forceinline__ void store_tile(const KernelParams& p, const float (&v)[kAcc],
                                            int32_t col0, int32_t r_lo, int32_t row_end) {
   const int lane = threadIdx.x % 32;
@@ -304,19 +332,29 @@ __device__ __forceinline__ void store_tile(const KernelParams& p, const float (&
         static_cast<T*>(p.d) + static_cast<int64_t>(r_lo) * p.ldd + lane_col,
         static_cast<T*>(p.d) + static_cast<int64_t>(r_lo + 8) * p.ldd + lane_col};
     const bool row_ok[2] = {r_lo < row_end, r_lo + 8 < row_end};
+    // kCompact, every store of the warp a whole 8-byte one inside N_out (the common case): a
+    // loop with one predicated store per row and no per-store condition or branch. The size of
+    // the code matters at 1-64 rows per expert: an SM's first epilogue fetches its instructions
+    // while the weight stream fills the memory queues (Qwen3 fp8 M = 16's GEMM2: 10.2 us for the
+    // first epilogue, 1.5 us for later ones; 7.7 and 0.6 us with this loop; H200 traces,
+    // docs/perf.md seventeenth session).
+    if (kCompact &&
+        __all_sync(0xffffffffu, vector_ok && lane_col + 8 * (kGroupsOut - 2) + 4 <= p.N_out)) {
+#pragma unroll
+      for (int j = 0; j < kGroupsOut; j += 2) {
+        uint32_t words[2][2];
+        exchange_words<T>(v, j, odd, words);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (row_ok[h])
+            *reinterpret_cast<uint2*>(row_start[h] + 8 * j) = make_uint2(words[h][0], words[h][1]);
+      }
+      return;
+    }
 #pragma unroll
     for (int j = 0; j < kGroupsOut; j += 2) {
-      // This lane's words of (group j + g, row h): w_g_h.
-      const uint32_t w00 = pack_pair<T>(v[4 * j + 0], v[4 * j + 1]);
-      const uint32_t w01 = pack_pair<T>(v[4 * j + 2], v[4 * j + 3]);
-      const uint32_t w10 = pack_pair<T>(v[4 * j + 4], v[4 * j + 5]);
-      const uint32_t w11 = pack_pair<T>(v[4 * j + 6], v[4 * j + 7]);
-      // Send the other group's words, keep this lane's group's.
-      const uint32_t got0 = __shfl_xor_sync(0xffffffffu, odd ? w00 : w10, 1);
-      const uint32_t got1 = __shfl_xor_sync(0xffffffffu, odd ? w01 : w11, 1);
-      // Row h, columns in order: the even lane's word first.
-      const uint32_t words[2][2] = {{odd ? got0 : w00, odd ? w10 : got0},
-                                    {odd ? got1 : w01, odd ? w11 : got1}};
+      uint32_t words[2][2];
+      exchange_words<T>(v, j, odd, words);
       const int32_t col = lane_col + 8 * j;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -872,13 +910,14 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
   if (p.out_kind != kOutFp8) {
     switch (p.out_kind) {
       case kOutBf16:
-        store_tile<__nv_bfloat16, C::kHalfGroups>(p, acc[0], out_col0, r_lo, t.row_end);
+        store_tile<__nv_bfloat16, C::kHalfGroups, C::kCompactStores>(p, acc[0], out_col0, r_lo,
+                                                                     t.row_end);
         break;
       case kOutFp16:
-        store_tile<__half, C::kHalfGroups>(p, acc[0], out_col0, r_lo, t.row_end);
+        store_tile<__half, C::kHalfGroups, C::kCompactStores>(p, acc[0], out_col0, r_lo, t.row_end);
         break;
       default:
-        store_tile<float, C::kHalfGroups>(p, acc[0], out_col0, r_lo, t.row_end);
+        store_tile<float, C::kHalfGroups, C::kCompactStores>(p, acc[0], out_col0, r_lo, t.row_end);
         break;
     }
     return;
@@ -913,6 +952,24 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
     if (r_lo + 8 < t.row_end) p.d_scale[(r_lo + 8) * scale_cols + out_col0 / 128] = scale_hi;
   }
   uint8_t* d8 = static_cast<uint8_t*>(p.d);
+  if (C::kCompactStores && out_col0 + 4 * C::kGroups <= p.N_out) {
+    // Every column of this consumer inside N_out (all but a partial last column block): one
+    // branch per row, no condition per store (code size, as store_tile's whole-store loop).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int32_t row = r_lo + 8 * h;
+      if (row >= t.row_end) break;
+      uint8_t* const dst = d8 + row * p.ldd + out_col0 + 2 * (lane % 4);
+#pragma unroll
+      for (int g = 0; g < C::kGroups / 2; ++g) {
+        const int i = 4 * g + 2 * h;
+        const uint32_t codes = e4m3_pair(acc[0][i], acc[0][i + 1], h ? scale_hi : scale_lo,
+                                         h ? reciprocal_hi : reciprocal_lo);
+        *reinterpret_cast<uint16_t*>(dst + 8 * g) = static_cast<uint16_t>(codes);
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int g = 0; g < C::kGroups / 2; ++g) {
     const int32_t col = out_col0 + 8 * g + 2 * (lane % 4);
@@ -1044,17 +1101,21 @@ __device__ void consume(const KernelParams& p, const CUtensorMap* map_d, uint8_t
       }
       switch (p.out_kind) {
         case kOutBf16:
-          store_tile<__nv_bfloat16, C::kHalfGroups>(p, acc[0], wg_col0, r_lo, t.row_end);
-          store_tile<__nv_bfloat16, C::kHalfGroups>(p, acc[1], wg_col0 + C::kWgN / 2, r_lo,
-                                                    t.row_end);
+          store_tile<__nv_bfloat16, C::kHalfGroups, C::kCompactStores>(p, acc[0], wg_col0, r_lo,
+                                                                       t.row_end);
+          store_tile<__nv_bfloat16, C::kHalfGroups, C::kCompactStores>(
+              p, acc[1], wg_col0 + C::kWgN / 2, r_lo, t.row_end);
           break;
         case kOutFp16:
-          store_tile<__half, C::kHalfGroups>(p, acc[0], wg_col0, r_lo, t.row_end);
-          store_tile<__half, C::kHalfGroups>(p, acc[1], wg_col0 + C::kWgN / 2, r_lo, t.row_end);
+          store_tile<__half, C::kHalfGroups, C::kCompactStores>(p, acc[0], wg_col0, r_lo,
+                                                                t.row_end);
+          store_tile<__half, C::kHalfGroups, C::kCompactStores>(p, acc[1], wg_col0 + C::kWgN / 2,
+                                                                r_lo, t.row_end);
           break;
         default:
-          store_tile<float, C::kHalfGroups>(p, acc[0], wg_col0, r_lo, t.row_end);
-          store_tile<float, C::kHalfGroups>(p, acc[1], wg_col0 + C::kWgN / 2, r_lo, t.row_end);
+          store_tile<float, C::kHalfGroups, C::kCompactStores>(p, acc[0], wg_col0, r_lo, t.row_end);
+          store_tile<float, C::kHalfGroups, C::kCompactStores>(p, acc[1], wg_col0 + C::kWgN / 2,
+                                                               r_lo, t.row_end);
           break;
       }
       continue;
