@@ -21,6 +21,10 @@ for path in sys.argv[1:]:
     warm = t[:, 57]
     if warm.max() > 0:
         print(f"   consumer 1's warm-up pass ends {np.mean([us(warm[c] - c0[c], c) for c in range(grid)]):.2f} us after CTA start")
+    if t[:, 60].max() > 0:  # the startup stamps (later versions of gemm-trace.patch)
+        prod = np.mean([us(t[c, 60] - c0[c], c) for c in range(grid)])
+        sched = np.mean([us(t[c, 58] - c0[c], c) for c in range(grid) if t[c, 58] > 0])
+        print(f"   startup (us from CTA start): producer code reached {prod:.2f}, scheduler's m_indptr copy landed {sched:.2f}")
     print("   tile  CTAs  got(us)  ml_start  ml_len  full_wait  epi_len  gap_before  prod_empty_wait")
     for i in range(min(8, n.max())):
         cs = [c for c in range(grid) if n[c] > i]
