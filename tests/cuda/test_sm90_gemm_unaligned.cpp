@@ -318,7 +318,9 @@ TEST(Sm90GemmUnaligned, Fp8BlockTilesRefuseScalePartsThatStraddleABlock) {
 // with the neighbouring lane (store_tile: whole 32-byte sectors per instruction). Plain,
 // N_b = 170 (170 % 8 == 2): rows past row 0 are not 8-byte aligned, so every row takes the
 // 4-byte fallback, and a row's last piece is partial. An odd N_out (column pairs would straddle
-// rows) is refused by name.
+// rows) is refused by name. On the 64x256 tile (kCompactStores) N_b = 336 drives both of
+// store_tile's loops: the compact one for columns 0-255 (every store whole), the general one for
+// the partial block; N_b = 170 the general one only.
 TEST(Sm90GemmUnaligned, SixteenBitOutsOfRowsNotAMultipleOf8Columns) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
@@ -350,7 +352,8 @@ TEST(Sm90GemmUnaligned, SixteenBitOutsOfRowsNotAMultipleOf8Columns) {
 }
 
 // The fp8 gated out (GEMM1 of Sm90Experts): N = 192, two quantization groups per row, the
-// second one 64 columns wide; compared with the CPU quantizer applied to the reference.
+// second one 64 columns wide; compared with the CPU quantizer applied to the reference. On the
+// 64x256 tile the first group takes gated_epilogue's compact store loop, the second the general.
 TEST(Sm90GemmUnaligned, Fp8BlockGatedFp8OutMatchesTheCpuQuantizer) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
