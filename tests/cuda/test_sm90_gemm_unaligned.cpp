@@ -365,6 +365,94 @@ TEST(Sm90GemmUnaligned, Fp8BlockGatedFp8OutMatchesTheCpuQuantizer) {
                                              12000 + static_cast<uint64_t>(mode));
 }
 
+// Rows the fp8 out's quantizer must not treat as ordinary: a NaN in a row of a (its out row is
+// NaN), a scale of 1e38 (the products overflow fp32: inf, and silu(-inf) * inf = NaN), an
+// all-zero row (amax 0: scale 1, codes 0) and rows scaled by 2^-62 (amax below 448 * 2^-126:
+// the scale is not a normal float and the quotient takes the 2^64 pre-scale). A non-finite row's
+// scales are NaN and each code is e4m3's NaN (0x7f / 0xff); the tiny rows match the CPU
+// quantizer row by row, the others as a whole. The rows sit in both 8-row halves of a warp's
+// 16 rows (r_lo and r_lo + 8) and, with N = 192, in the 64x256 tile's compact store loop (first
+// group: its fast path of finite rows with a normal scale, and the other rows' e4m3_pair) and
+// its general loop (second group).
+TEST(Sm90GemmUnaligned, Fp8BlockGatedFp8OutOfNonFiniteZeroAndTinyRows) {
+  MODMOE_REQUIRE_GPU();
+  CudaSession gpu;
+  MODMOE_REQUIRE_SM90(gpu);
+  const Problem p;
+  const int64_t N_out = 192, scale_cols = 2, K = p.K, kb = (K + 127) / 128;
+  Operands o = make_operands(p, 2 * N_out, 12100);
+  auto* codes = static_cast<uint8_t*>(o.a.tensor().data());
+  float* a_scale = o.a_scale.data_ptr<float>();
+  // Experts own rows 1-3, 4-133, 134, 135-198; expert 2's tiles start at rows 4 and 68.
+  const int64_t nan_row = 13, inf_row = 2, zero_row = 5;
+  const std::vector<int64_t> tiny_rows = {12, 100};
+  codes[nan_row * K + 7] = 0x7f;  // e4m3's NaN
+  a_scale[inf_row * kb] = 1e38f;
+  std::fill(codes + zero_row * K, codes + zero_row * K + K, uint8_t{0});
+  for (int64_t r : tiny_rows)
+    for (int64_t g = 0; g < kb; ++g) a_scale[r * kb + g] *= 0x1p-62f;
+  OwnedTensor a32 = host_tensor(DType::fp32, {p.rows, K});
+  dequantize_activations(Context::cpu(), o.a, o.a_scale, QuantScheme::fp8_block, a32);
+  o.a_deq.assign(a32.data_ptr<float>(), a32.data_ptr<float>() + p.rows * K);
+
+  const std::vector<float> ref = reference(p, o, 2 * N_out, Mode::gate_up);
+  OwnedTensor ref32 = host_tensor(DType::fp32, {p.rows, N_out});
+  std::copy(ref.begin(), ref.end(), ref32.data_ptr<float>());
+  OwnedTensor ref_q = host_tensor(DType::fp8_e4m3, {p.rows, N_out}),
+              ref_scale = host_tensor(DType::fp32, {p.rows, scale_cols});
+  quantize_activations(Context::cpu(), ref32, QuantScheme::fp8_block, false, ref_q, ref_scale);
+  dequantize_activations(Context::cpu(), ref_q, ref_scale, QuantScheme::fp8_block, ref32);
+  std::vector<float> ref_deq(ref32.data_ptr<float>(), ref32.data_ptr<float>() + ref.size());
+  for (int64_t r : {nan_row, inf_row}) std::fill_n(ref_deq.begin() + r * N_out, N_out, 0.0f);
+  const float* want_scale = ref_scale.data_ptr<float>();
+
+  for (const std::string tile : {"", "64x256", "128x256"}) {
+    const std::string what = "tile \"" + tile + "\"";
+    Result r;
+    ASSERT_EQ(testing::error_of(
+                  [&] { r = run(gpu, p, o, 2 * N_out, Mode::gate_up, DType::fp8_e4m3, tile); }),
+              "")
+        << what;
+    const auto* q = static_cast<const uint8_t*>(r.out.tensor().data());
+    const float* s = r.out_scale.data_ptr<float>();
+    std::vector<float> got(p.rows * N_out, 0.0f);
+    for (int64_t row = p.indptr.front(); row < p.indptr.back(); ++row) {
+      if (row == nan_row || row == inf_row) {
+        for (int64_t c = 0; c < scale_cols; ++c)
+          EXPECT_TRUE(std::isnan(s[row * scale_cols + c]))
+              << what << " row " << row << " scale " << c;
+        for (int64_t j = 0; j < N_out; ++j)
+          EXPECT_EQ(q[row * N_out + j] & 0x7f, 0x7f) << what << " row " << row << " col " << j;
+        continue;
+      }
+      for (int64_t j = 0; j < N_out; ++j)
+        got[row * N_out + j] =
+            load_float(q, DType::fp8_e4m3, row * N_out + j) * s[row * scale_cols + j / 128];
+    }
+    for (int64_t c = 0; c < scale_cols; ++c) {
+      EXPECT_EQ(s[zero_row * scale_cols + c], 1.0f) << what << " zero row, scale " << c;
+      for (int64_t row : tiny_rows) {
+        const float want = want_scale[row * scale_cols + c];
+        EXPECT_LT(want, 448.0f * 0x1p-126f) << "row " << row << " is not tiny enough to test";
+        EXPECT_NEAR(s[row * scale_cols + c], want, 4e-3 * want) << what << " row " << row;
+      }
+    }
+    for (int64_t j = 0; j < N_out; ++j)
+      EXPECT_EQ(q[zero_row * N_out + j] & 0x7f, 0) << what << " zero row, col " << j;  // +-0
+    for (int64_t row : tiny_rows) {
+      double num = 0, den = 0;
+      for (int64_t j = 0; j < N_out; ++j) {
+        const double g = got[row * N_out + j], x = ref_deq[row * N_out + j];
+        num += (g - x) * (g - x);
+        den += x * x;
+      }
+      EXPECT_GT(den, 0.0) << what << " row " << row;
+      EXPECT_LT(std::sqrt(num / den), kFp8OutTolerance) << what << " row " << row;
+    }
+    EXPECT_TRUE(close_to(p, got, ref_deq, r.out, N_out, kFp8OutTolerance)) << what;
+  }
+}
+
 // Persistent CTAs that take many tiles each: grids of 1, 2 and 3 CTAs, and K = 1408 (11 fp8 K
 // blocks, 22 bf16: more than twice the stages of any tile), so a CTA's K blocks go round its
 // stage ring many times; on the ping-pong tile (64x256) each consumer takes every other tile,
