@@ -80,4 +80,17 @@ __device__ __forceinline__ uint32_t e4m3_pair(float x0, float x1, float scale, F
   return codes;
 }
 
+// Whether a group's quotients can skip e4m3_pair's pre-scale and NaN fix-ups: its values are all
+// finite (the group's max |x| bits below inf's; a NaN's bits lie above) and its scale is a
+// normal float (pre = 1), so x * inverse is never NaN and (x * 1) * inverse is x * inverse.
+__device__ __forceinline__ bool e4m3_group_is_plain(uint32_t amax_bits, Fp8Reciprocal r) {
+  return amax_bits < 0x7f800000u && r.pre == 1.0f;
+}
+
+// e4m3_pair for a plain group (e4m3_group_is_plain): bit-identical, one multiply per value.
+__device__ __forceinline__ uint32_t e4m3_pair_plain(float x0, float x1, float inverse) {
+  const float2 q = make_float2(__fmul_rn(x0, inverse), __fmul_rn(x1, inverse));
+  return __nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3);
+}
+
 }  // namespace modmoe::cuda

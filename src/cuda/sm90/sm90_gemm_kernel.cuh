@@ -955,12 +955,10 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
   if (C::kCompactStores && out_col0 + 4 * C::kGroups <= p.N_out) {
     // Every column of this consumer inside N_out (all but a partial last column block): one
     // branch per row, no condition per store (code size, as store_tile's whole-store loop).
-    // Rows of finite values with a normal scale (amax's bits below inf's, pre = 1): x * inverse
-    // (x * 1 is exact) and no NaN fix-up (no quotient can be NaN), bit-identical to e4m3_pair in
-    // 3 instructions per pair instead of ~11. Other rows (NaN, inf, amax < 448 * 2^-126) take
-    // e4m3_pair.
-    const bool plain_lo = amax_lo < 0x7f800000u && reciprocal_lo.pre == 1.0f;
-    const bool plain_hi = amax_hi < 0x7f800000u && reciprocal_hi.pre == 1.0f;
+    // Rows of finite values with a normal scale convert in 3 instructions per pair instead of
+    // ~11 (e4m3_pair_plain); the others (NaN, inf, amax < 448 * 2^-126) take e4m3_pair.
+    const bool plain_lo = e4m3_group_is_plain(amax_lo, reciprocal_lo);
+    const bool plain_hi = e4m3_group_is_plain(amax_hi, reciprocal_hi);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int32_t row = r_lo + 8 * h;
@@ -971,10 +969,8 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
 #pragma unroll
         for (int g = 0; g < C::kGroups / 2; ++g) {
           const int i = 4 * g + 2 * h;
-          const float2 q =
-              make_float2(__fmul_rn(acc[0][i], r.inverse), __fmul_rn(acc[0][i + 1], r.inverse));
           *reinterpret_cast<uint16_t*>(dst + 8 * g) =
-              static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3));
+              static_cast<uint16_t>(e4m3_pair_plain(acc[0][i], acc[0][i + 1], r.inverse));
         }
       } else {
 #pragma unroll
