@@ -69,6 +69,19 @@ TEST(Sm90TileRules, PrefillPicks128x256ForBf16AndFp8) {
   }
 }
 
+// Few long bf16 tiles: Mixtral-8x7B M = 1024's GEMM2 (2048 rows over 8 experts, 256 +- 15 each,
+// N = 4096) is ~2.2 waves of 128x256 tiles by the mean and ~2.4 in fact; 64x256 fills its waves
+// better. GEMM1 (N_b = 28672, ~15 waves) and fp8 keep 128x256.
+TEST(Sm90TileRules, FewLongBf16TilesPick64x256ForTheLastWave) {
+  MODMOE_REQUIRE_SM90_KERNELS();
+  EXPECT_EQ(sm90::choose_tile(2048, 4096, 14336, 8, false, DType::bf16, false, kSms), "64x256");
+  EXPECT_EQ(sm90::choose_tile(2048, 14336, 4096, 8, true, DType::bf16, false, kSms), "128x256");
+  EXPECT_EQ(sm90::choose_tile(2048, 4096, 14336, 8, false, DType::fp8_e4m3, false, kSms),
+            "128x256");
+  // Mixtral M = 8192's GEMM2: ~16 waves, the last one matters little.
+  EXPECT_EQ(sm90::choose_tile(16384, 4096, 14336, 8, false, DType::bf16, false, kSms), "128x256");
+}
+
 TEST(Sm90TileRules, Fp8WideTileRefusesMxByName) {
   MODMOE_REQUIRE_SM90_KERNELS();
   sm90::GemmArgs mx = fp8_gated(1024, GatedLayout::GateUp);

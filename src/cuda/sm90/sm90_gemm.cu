@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <sstream>
 
@@ -332,7 +333,7 @@ bool available(int device) {
 
 std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E, bool gated,
                         DType dtype, bool fp8_out, int sm_count) {
-  (void)K, (void)dtype;  // one rule for bf16 and fp8 since fp8 has a 128x256 tile too
+  (void)K;  // one rule for bf16 and fp8 (fp8 has a 128x256 tile too), but for the last wave
   const int64_t N_b = gated ? 2 * N_out : N_out;
   // Rows a busy expert is expected to own (the counts are on the device).
   const int64_t busy = std::max<int64_t>(1, std::min(E, total_rows));
@@ -347,8 +348,29 @@ std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E,
     if (tiles_of(64, 256) >= 2 * sm_count) return "64x256";
     return tiles_of(64, 128) >= sm_count ? "64x128" : "64x64";
   }
-  if (tiles_of(128, 256) >= sm_count) return "128x256";
-  return "128x128";
+  if (tiles_of(128, 256) < sm_count) return "128x128";
+  // Few long tiles (bf16): the last wave decides. Around a multiple of 128 rows per expert half
+  // the experts need one more 128-row block than the mean suggests (Mixtral M = 1024's GEMM2:
+  // 8 x 2.5 x 16 = ~320 tiles, 2.4 waves on 132 SMs, the last 40 % full), and 64-row tiles fill
+  // the waves better: 416 against 452-478 us there (docs/perf.md, eighteenth session §7). Cost
+  // = waves x tile area, with each expert's blocks averaged over its rows +- one binomial sigma;
+  // only while 128x256 takes <= 4 waves (with more the last one matters little, and 64x256 ran
+  // no faster per tile on GEMM1's many tiles).
+  if (dtype == DType::bf16) {
+    const double mean = static_cast<double>(total_rows) / static_cast<double>(busy);
+    const double p = 1.0 / static_cast<double>(std::max<int64_t>(E, 1));
+    const double sigma = std::sqrt(static_cast<double>(total_rows) * p * (1.0 - p));
+    const auto expected_tiles = [&](int bm, int bn) {
+      double blocks = 0;
+      for (const auto& [rows, weight] :
+           {std::pair{mean - sigma, 0.25}, std::pair{mean, 0.5}, std::pair{mean + sigma, 0.25}})
+        blocks += weight * std::ceil(std::max(rows, 1.0) / bm);
+      return static_cast<double>(busy) * blocks * static_cast<double>(ceil_div(N_b, bn));
+    };
+    const auto waves = [&](int bm, int bn) { return std::ceil(expected_tiles(bm, bn) / sm_count); };
+    if (waves(128, 256) <= 4 && waves(64, 256) * 64 < waves(128, 256) * 128) return "64x256";
+  }
+  return "128x256";
 }
 
 std::string can_implement(const GemmArgs& g) {
