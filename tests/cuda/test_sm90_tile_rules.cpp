@@ -51,11 +51,15 @@ sm90::GemmArgs fp8_gated(int64_t rows_per_expert, GatedLayout layout) {
   return g;
 }
 
-TEST(Sm90TileRules, PrefillPicks128x256ForBf16AndFp8) {
+TEST(Sm90TileRules, PrefillPicks128x256ForFp8AndPlainBf16) {
   MODMOE_REQUIRE_SM90_KERNELS();
   for (DType dtype : {DType::bf16, DType::fp8_e4m3}) {
-    // 1024 rows in each of 256 experts: many 128x256 tiles per SM.
-    EXPECT_EQ(sm90::choose_tile(256 * 1024, 512, 2048, 256, true, dtype, false, kSms), "128x256")
+    // 1024 rows in each of 256 experts: many 128x256 tiles per SM; gated bf16 takes the
+    // ping-pong 64x256 (its activation epilogues under the other consumer's main loop).
+    EXPECT_EQ(sm90::choose_tile(256 * 1024, 512, 2048, 256, false, dtype, false, kSms), "128x256")
+        << dtype_name(dtype);
+    EXPECT_EQ(sm90::choose_tile(256 * 1024, 512, 2048, 256, true, dtype, false, kSms),
+              dtype == DType::bf16 ? "64x256" : "128x256")
         << dtype_name(dtype);
     // 100 rows in each of 8 experts: 8 x 4 tiles of 128x256 leave SMs idle.
     EXPECT_EQ(sm90::choose_tile(8 * 100, 512, 2048, 8, true, dtype, false, kSms), "128x128")
@@ -69,15 +73,16 @@ TEST(Sm90TileRules, PrefillPicks128x256ForBf16AndFp8) {
   }
 }
 
-// Few long bf16 tiles: Mixtral-8x7B M = 1024's GEMM2 (2048 rows over 8 experts, 256 +- 15 each,
-// N = 4096) is ~2.2 waves of 128x256 tiles by the mean and ~2.4 in fact; 64x256 fills its waves
-// better. GEMM1 (N_b = 28672, ~15 waves) and fp8 keep 128x256.
+// Few long plain bf16 tiles: Mixtral-8x7B M = 1024's GEMM2 (2048 rows over 8 experts, 256 +- 15
+// each, N = 4096) is ~2.2 waves of 128x256 tiles by the mean and ~2.4 in fact; 64x256 fills its
+// waves better. fp8 keeps 128x256, with its gated GEMM1; bf16's GEMM1 is on 64x256 by the gated
+// rule (PrefillPicks128x256ForFp8AndPlainBf16).
 TEST(Sm90TileRules, FewLongBf16TilesPick64x256ForTheLastWave) {
   MODMOE_REQUIRE_SM90_KERNELS();
   EXPECT_EQ(sm90::choose_tile(2048, 4096, 14336, 8, false, DType::bf16, false, kSms), "64x256");
-  EXPECT_EQ(sm90::choose_tile(2048, 14336, 4096, 8, true, DType::bf16, false, kSms), "128x256");
   EXPECT_EQ(sm90::choose_tile(2048, 4096, 14336, 8, false, DType::fp8_e4m3, false, kSms),
             "128x256");
+  EXPECT_EQ(sm90::choose_tile(2048, 14336, 4096, 8, true, DType::fp8_e4m3, false, kSms), "128x256");
   // Mixtral M = 8192's GEMM2: ~16 waves, the last one matters little.
   EXPECT_EQ(sm90::choose_tile(16384, 4096, 14336, 8, false, DType::bf16, false, kSms), "128x256");
 }

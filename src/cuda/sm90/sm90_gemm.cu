@@ -333,7 +333,7 @@ bool available(int device) {
 
 std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E, bool gated,
                         DType dtype, bool fp8_out, int sm_count) {
-  (void)K;  // one rule for bf16 and fp8 (fp8 has a 128x256 tile too), but for the last wave
+  (void)K;  // one rule for bf16 and fp8 (fp8 has a 128x256 tile too), but for bf16's below
   const int64_t N_b = gated ? 2 * N_out : N_out;
   // Rows a busy expert is expected to own (the counts are on the device).
   const int64_t busy = std::max<int64_t>(1, std::min(E, total_rows));
@@ -349,13 +349,21 @@ std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E,
     return tiles_of(64, 128) >= sm_count ? "64x128" : "64x64";
   }
   if (tiles_of(128, 256) < sm_count) return "128x128";
-  // Few long tiles (bf16): the last wave decides. Around a multiple of 128 rows per expert half
-  // the experts need one more 128-row block than the mean suggests (Mixtral M = 1024's GEMM2:
+  // bf16 gated: the ping-pong tile, whose consumers take turns, so one's activation epilogue
+  // runs under the other's main loop (128x256 runs both main loops together, then both
+  // epilogues, the tensor cores idle). A bf16 main loop keeps the tensor cores busy with one
+  // consumer; an fp8 one does not (two waits and promotions per K block: fp8 keeps 128x256,
+  // 4-17 % faster there). Measured against 128x256 at M = 1024 / 8192 (H200, docs/perf.md
+  // nineteenth session §2): Mixtral 0.95-0.96 / 0.975, Qwen3.5 0.97, Qwen3 0.985, DeepSeek-V3
+  // 0.985-0.99, gpt-oss within its spread.
+  if (dtype == DType::bf16 && gated) return "64x256";
+  // Few long plain tiles (bf16): the last wave decides. Around a multiple of 128 rows per expert
+  // half the experts need one more 128-row block than the mean suggests (Mixtral M = 1024's GEMM2:
   // 8 x 2.5 x 16 = ~320 tiles, 2.4 waves on 132 SMs, the last 40 % full), and 64-row tiles fill
   // the waves better: 416 against 452-478 us there (docs/perf.md, eighteenth session §7). Cost
   // = waves x tile area, with each expert's blocks averaged over its rows +- one binomial sigma;
-  // only while 128x256 takes <= 4 waves (with more the last one matters little, and 64x256 ran
-  // no faster per tile on GEMM1's many tiles).
+  // only while 128x256 takes <= 4 waves (with more the last one matters little; a plain 64x256
+  // GEMM ran up to 12 % slower at M = 8192, gpt-oss's GEMM2: nineteenth session §2).
   if (dtype == DType::bf16) {
     const double mean = static_cast<double>(total_rows) / static_cast<double>(busy);
     const double p = 1.0 / static_cast<double>(std::max<int64_t>(E, 1));
