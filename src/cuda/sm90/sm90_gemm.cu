@@ -354,8 +354,8 @@ std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E,
   // epilogues, the tensor cores idle). A bf16 main loop keeps the tensor cores busy with one
   // consumer; an fp8 one does not (two waits and promotions per K block: fp8 keeps 128x256,
   // 4-17 % faster there). Measured against 128x256 at M = 1024 / 8192 (H200, docs/perf.md
-  // nineteenth session §2): Mixtral 0.95-0.96 / 0.975, Qwen3.5 0.97, Qwen3 0.985, DeepSeek-V3
-  // 0.985-0.99, gpt-oss within its spread.
+  // nineteenth session §2, two calls): Mixtral 0.95-0.99 / 0.975-1.01, Qwen3.5 0.97, Qwen3
+  // 0.985, DeepSeek-V3 0.985-0.99 (M = 8192), gpt-oss within its spread.
   if (dtype == DType::bf16 && gated) return "64x256";
   // Few long plain tiles (bf16): the last wave decides. Around a multiple of 128 rows per expert
   // half the experts need one more 128-row block than the mean suggests (Mixtral M = 1024's GEMM2:
