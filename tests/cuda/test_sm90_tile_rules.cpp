@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "cuda/sm90/sm90_experts.h"
 #include "cuda/sm90/sm90_gemm.h"
+#include "modmoe/error.h"
 #include "modmoe/quant.h"
 #include "oracle/problem.h"
 
@@ -85,6 +87,70 @@ TEST(Sm90TileRules, FewLongBf16TilesPick64x256ForTheLastWave) {
   EXPECT_EQ(sm90::choose_tile(2048, 14336, 4096, 8, true, DType::fp8_e4m3, false, kSms), "128x256");
   // Mixtral M = 8192's GEMM2: ~16 waves, the last one matters little.
   EXPECT_EQ(sm90::choose_tile(16384, 4096, 14336, 8, false, DType::bf16, false, kSms), "128x256");
+}
+
+// Sets an environment variable for one scope (POSIX setenv; the tests run in one thread).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// MODMOE_SM90_TILE_GATED / _PLAIN, the developer's override for tile studies: the tile gated /
+// plain GEMMs start from instead of the heuristic's, each variable for its kind only, stepped
+// down like the heuristic's pick when it refuses the call; a name that is no tile is refused
+// (by the variable's name), not passed on to a refusal that `automatic` would turn into the
+// portable kernel.
+TEST(Sm90TileRules, EnvironmentNamesTheTileAStudyStartsFrom) {
+  MODMOE_REQUIRE_SM90_KERNELS();
+  sm90::GemmArgs gated = fp8_gated(1024, GatedLayout::GateUp);
+  sm90::GemmArgs plain = gated;
+  plain.gated = false;
+  plain.d_dtype = DType::fp32;
+  ASSERT_EQ(sm90::resolve_tile(gated), "128x256");
+  ASSERT_EQ(sm90::resolve_tile(plain), "128x256");
+  {
+    const ScopedEnv env("MODMOE_SM90_TILE_GATED", "64x128");
+    EXPECT_EQ(sm90::resolve_tile(gated), "64x128");
+    EXPECT_EQ(sm90::can_implement(gated), "");
+    EXPECT_EQ(sm90::resolve_tile(plain), "128x256");
+    // An explicit args.tile still wins.
+    sm90::GemmArgs pinned = gated;
+    pinned.tile = "128x128";
+    EXPECT_EQ(sm90::resolve_tile(pinned), "128x128");
+  }
+  {
+    const ScopedEnv env("MODMOE_SM90_TILE_PLAIN", "64x64");
+    EXPECT_EQ(sm90::resolve_tile(plain), "64x64");
+    EXPECT_EQ(sm90::resolve_tile(gated), "128x256");
+  }
+  {
+    // MX takes no 256-wide tile: the override steps down as the heuristic's pick does.
+    const ScopedEnv env("MODMOE_SM90_TILE_GATED", "128x256");
+    sm90::GemmArgs mx = gated;
+    mx.mx = true;
+    mx.a_scale = mx.b_scale = nullptr;
+    mx.a_scale_mx = fake<const uint8_t>(0x70000);
+    mx.b_scale_mx = fake<const uint8_t>(0x80000);
+    EXPECT_EQ(sm90::resolve_tile(mx), "128x128");
+  }
+  {
+    const ScopedEnv env("MODMOE_SM90_TILE_GATED", "96x96");
+    try {
+      sm90::resolve_tile(gated);
+      ADD_FAILURE() << "an unknown tile name was accepted";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("MODMOE_SM90_TILE_GATED"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("\"96x96\""));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("128x256"));
+    }
+  }
+  EXPECT_EQ(sm90::resolve_tile(gated), "128x256");  // unset again: the heuristic's
 }
 
 TEST(Sm90TileRules, Fp8WideTileRefusesMxByName) {

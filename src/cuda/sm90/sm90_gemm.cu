@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <sstream>
 
@@ -287,13 +288,30 @@ bool tile_takes(const GemmArgs& g, const TileEntry& t) {
   return !is_wide_fp8_mx_tile(g, t) && fp8_block_misfit(g, t).empty();
 }
 
+// A developer's override of the heuristic, read at each call: the tile gated (plain) GEMMs
+// without args.tile start from, instead of choose_tile's. For tile studies on one binary (an A/B
+// through wrapper scripts that set it: docs/hopper.md "Tile heuristic"); the heuristic's tiles
+// are the measured default. A name that is no tile fails here, loudly: a refusal would send
+// `automatic` callers to the portable kernel and a study would time the wrong kernel.
+std::string tile_override(const GemmArgs& g) {
+  const char* variable = g.gated ? "MODMOE_SM90_TILE_GATED" : "MODMOE_SM90_TILE_PLAIN";
+  const char* value = std::getenv(variable);
+  if (value == nullptr || *value == 0) return "";
+  MODMOE_CHECK(find_tile(value) != nullptr)
+      << variable << " must name one of the Hopper kernel's tiles (" << known_tiles(g.ab_dtype)
+      << "), got \"" << value << "\"";
+  return value;
+}
+
 }  // namespace
 
 std::string resolve_tile(const GemmArgs& g) {
   if (!g.tile.empty()) return g.tile;
   const bool fp8_out = g.d_dtype == DType::fp8_e4m3;
-  const std::string tile = choose_tile(g.total_rows, g.n_out(), g.K, g.E, g.gated, g.ab_dtype,
-                                       fp8_out, g.sm_count > 0 ? g.sm_count : device_sm_count());
+  std::string tile = tile_override(g);
+  if (tile.empty())
+    tile = choose_tile(g.total_rows, g.n_out(), g.K, g.E, g.gated, g.ab_dtype, fp8_out,
+                       g.sm_count > 0 ? g.sm_count : device_sm_count());
   // Step down, in kTiles order, to the first tile that takes the call (an fp8 out keeps a
   // 256-wide tile: one quantization group per tile row). None: the last one tried, the least
   // demanding, whose refusal by can_implement then states the weakest requirement.
