@@ -89,16 +89,34 @@ TEST(Sm90TileRules, FewLongBf16TilesPick64x256ForTheLastWave) {
   EXPECT_EQ(sm90::choose_tile(16384, 4096, 14336, 8, false, DType::bf16, false, kSms), "128x256");
 }
 
-// Sets an environment variable for one scope (POSIX setenv; the tests run in one thread).
+// Sets (value) or unsets (nullptr) an environment variable for one scope, then restores what
+// was there (POSIX setenv; the tests run in one thread).
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* before = std::getenv(name);
+    had_ = before != nullptr;
+    if (had_) before_ = before;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, before_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
   const char* name_;
+  bool had_ = false;
+  std::string before_;
 };
 
 // MODMOE_SM90_TILE_GATED / _PLAIN, the developer's override for tile studies: the tile gated /
@@ -108,6 +126,9 @@ class ScopedEnv {
 // portable kernel.
 TEST(Sm90TileRules, EnvironmentNamesTheTileAStudyStartsFrom) {
   MODMOE_REQUIRE_SM90_KERNELS();
+  // Whatever the shell set, this test starts from the heuristic's tiles.
+  const ScopedEnv no_gated("MODMOE_SM90_TILE_GATED", nullptr);
+  const ScopedEnv no_plain("MODMOE_SM90_TILE_PLAIN", nullptr);
   sm90::GemmArgs gated = fp8_gated(1024, GatedLayout::GateUp);
   sm90::GemmArgs plain = gated;
   plain.gated = false;
