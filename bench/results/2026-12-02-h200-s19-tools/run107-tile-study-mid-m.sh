@@ -4,9 +4,9 @@
 # plain bf16) and was measured at M = 1024 and 8192 only; chunked prefill runs 2048-4096 tokens.
 # One build of HEAD, then each variant (MODMOE_SM90_TILE_GATED / _PLAIN through a wrapper
 # script, docs/gpu.md) against the heuristic's tiles, same binary, alternated, at M = 2048 and
-# 4096. Carry .deps and build-run (copy this file to build-run/run107.sh).
+# 4096. Run in place on the GPU machine: bash bench/results/2026-12-02-h200-s19-tools/run107-tile-study-mid-m.sh (carry .deps).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 export PATH="$PATH:/usr/local/cuda/bin"
 t0=$(date +%s)
 S=$OUT/call.txt
