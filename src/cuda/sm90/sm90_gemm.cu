@@ -289,9 +289,9 @@ bool tile_takes(const GemmArgs& g, const TileEntry& t) {
 }
 
 // A developer's override of the heuristic, read at each call: the tile gated (plain) GEMMs
-// without args.tile start from, instead of choose_tile's. For tile studies on one binary (an A/B
-// through wrapper scripts that set it: docs/hopper.md "Tile heuristic"); the heuristic's tiles
-// are the measured default. A name that is no tile fails here, loudly: a refusal would send
+// without args.tile start from, instead of choose_tile's. For tile studies on one binary
+// (`scripts/gpu-ab env`, docs/hopper.md "Tile heuristic"); the heuristic's tiles are the
+// measured default. A name that is no tile fails here, loudly: a refusal would send
 // `automatic` callers to the portable kernel and a study would time the wrong kernel.
 std::string tile_override(const GemmArgs& g) {
   const char* variable = g.gated ? "MODMOE_SM90_TILE_GATED" : "MODMOE_SM90_TILE_PLAIN";
