@@ -52,8 +52,7 @@ using gemm::shared_address;
 constexpr int kGroup = 128;      // fp8 scale group along a row
 constexpr int kTileRows = 16;    // output rows of a CTA: the M of one m16n8k16 MMA
 constexpr int kStageChunks = 4;  // 16-byte chunks a lane copies per stage: 2 steps x 2 rows
-constexpr int kGateUpWarps = 4;
-constexpr int kMaxWarps = 16;  // down
+constexpr int kMaxWarps = 16;  // per CTA, gate_up and down
 constexpr int kFillLoads = 8;  // down: rounds of h loads in flight while staging
 // The shared memory of a CTA every GPU from sm_80 grants (99 KiB per block on sm_86 / sm_89):
 // a config the decode path accepts runs with at most this much (decode_mlp_config_fits); the
@@ -132,20 +131,26 @@ __device__ __forceinline__ void load_operand(const OperandOf<W>* v, int64_t k,
 
 // ---- the per-warp cp.async ring ---------------------------------------------------------------
 
-// A warp's ring: kStages slots of kStageChunks x 32 chunks; lane l's chunk c of slot s at
+// A warp's ring: kDepth slots of kStageChunks x 32 chunks; lane l's chunk c of slot s at
 // [s][c][l], so a warp's reads and copies of one chunk are 512 contiguous bytes (no conflicts).
 // The depth is a compile-time constant: the wait is one instruction (a runtime depth went
 // through a switch, and with the per-stage index arithmetic the loop was bound by its own
-// instructions, not by memory; ncu, docs/perf.md).
-constexpr int kStages = 4;
-constexpr size_t kRingBytesPerWarp = size_t{kStages} * kStageChunks * 32 * 16;
+// instructions, not by memory; ncu, docs/perf.md). gate_up's ring is one slot shorter than
+// down's: its CTAs are many and short, and more of them per SM beat more stages in flight per
+// warp (a sweep of depths 2-8, docs/perf.md twenty-first session); down's few long CTAs keep 4.
+constexpr int kGateUpDepth = 3;
+constexpr int kDownDepth = 4;
+__host__ __device__ constexpr size_t ring_bytes_per_warp(int depth) {
+  return static_cast<size_t>(depth) * kStageChunks * 32 * 16;
+}
 
 // Streams `count` stages of this warp through its ring (`ring`: the warp's slot 0). A cursor
 // names a stage: `source(cursor, c, &src)` gives this lane's global chunk c of it (false:
 // zero-fill), `next(cursor)` moves to the warp's next stage, `use(cursor, chunks)` consumes one.
 // `prologue()` runs after the first stages are requested, before any is used (the vector
 // operand is staged there, so its round trips overlap the weights').
-template <typename Cursor, typename Source, typename Next, typename Use, typename Prologue>
+template <int kDepth, typename Cursor, typename Source, typename Next, typename Use,
+          typename Prologue>
 __device__ __forceinline__ void stream_stages(uint4* ring, int count, Cursor first, Source&& source,
                                               Next&& next, Use&& use, Prologue&& prologue) {
   const int lane = threadIdx.x % 32;
@@ -162,7 +167,7 @@ __device__ __forceinline__ void stream_stages(uint4* ring, int count, Cursor fir
     next(ahead);
   };
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
+  for (int i = 0; i < kDepth - 1; ++i) {
     if (i < count) request(i);
     cp_async_commit();
   }
@@ -170,15 +175,15 @@ __device__ __forceinline__ void stream_stages(uint4* ring, int count, Cursor fir
   int slot = 0;
   for (int i = 0; i < count; ++i) {
     // Refill the slot used last iteration: this lane read it into registers already.
-    if (i + kStages - 1 < count) request(slot == 0 ? kStages - 1 : slot - 1);
+    if (i + kDepth - 1 < count) request(slot == 0 ? kDepth - 1 : slot - 1);
     cp_async_commit();
-    cp_async_wait_pending<kStages - 1>();
+    cp_async_wait_pending<kDepth - 1>();
     uint4 chunks[kStageChunks];
 #pragma unroll
     for (int c = 0; c < kStageChunks; ++c) chunks[c] = mine[(slot * kStageChunks + c) * 32];
     use(at, chunks);
     next(at);
-    slot = slot + 1 == kStages ? 0 : slot + 1;
+    slot = slot + 1 == kDepth ? 0 : slot + 1;
   }
   cp_async_wait_pending<0>();
 }
@@ -232,14 +237,14 @@ __device__ __forceinline__ int32_t local_expert(const DecodeMlpArgs& a, int64_t 
 struct GateUpShared {
   size_t x_offset, scale_offset, red_offset, bytes;
 };
-__host__ __device__ inline GateUpShared gate_up_shared(int64_t K, size_t weight_bytes) {
+__host__ __device__ inline GateUpShared gate_up_shared(int64_t K, size_t weight_bytes, int warps) {
   GateUpShared s;
   const int64_t span = stage_span(weight_bytes), k_pad = ceil_div(K, span) * span;
-  s.x_offset = kGateUpWarps * kRingBytesPerWarp;
+  s.x_offset = warps * ring_bytes_per_warp(kGateUpDepth);
   s.scale_offset = s.x_offset + static_cast<size_t>(k_pad) * 2;  // 16-bit x, padded
   // fp8: the x scales, then the gate and the up rows' w13 scales, per group of K.
   s.red_offset = s.scale_offset + static_cast<size_t>(3 * ceil_div(K, kGroup)) * 4;
-  s.bytes = s.red_offset + static_cast<size_t>(kGateUpWarps) * kTileRows * 4;
+  s.bytes = s.red_offset + static_cast<size_t>(warps) * kTileRows * 4;
   return s;
 }
 
@@ -251,7 +256,7 @@ __host__ __device__ inline DownShared down_shared(int64_t topk, int64_t N, size_
   DownShared s;
   const int64_t span = stage_span(weight_bytes), n_pad = ceil_div(N, span) * span;
   const int64_t folds = weight_bytes == 1 ? ceil_div(N, kGroup) : 1;  // per pair
-  s.a2_offset = warps * kRingBytesPerWarp;
+  s.a2_offset = warps * ring_bytes_per_warp(kDownDepth);
   s.fold_offset = s.a2_offset + static_cast<size_t>(topk * n_pad) * 2;
   s.expert_offset = s.fold_offset + static_cast<size_t>(topk * folds) * 4;
   s.red_offset = (s.expert_offset + static_cast<size_t>(topk) * 4 + 15) / 16 * 16;
@@ -261,13 +266,13 @@ __host__ __device__ inline DownShared down_shared(int64_t topk, int64_t N, size_
 
 // ---- gate_up ------------------------------------------------------------------------------------
 //
-// grid (M * topk, N / 8), kGateUpWarps warps. Tile row g is the gate row of feature n0 + g, row
+// grid (M * topk, N / 8), gate_up_warps() warps. Tile row g is the gate row of feature n0 + g, row
 // g + 8 its up row; units are the stages along K. N % 16 == 0: every tile is whole, and its gate
 // rows (and its up rows) lie in one 128-row scale block.
 // X: the token rows' element type: W, or with fp8 weights (W = uint8_t) 16-bit rows that the
 // CTA quantizes (kQuantizeX).
 template <typename W, typename X>
-__global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const DecodeMlpArgs a) {
+__global__ void __launch_bounds__(kMaxWarps * 32) decode_gate_up_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
   constexpr bool kQuantizeX = kFp8 && !std::is_same_v<X, uint8_t>;
   static_assert(kFp8 || std::is_same_v<W, X>, "16-bit weights take tokens of their own dtype");
@@ -280,7 +285,8 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
   const int64_t n0 = int64_t{blockIdx.y} * 8;
   const int32_t e = local_expert(a, pair);
   if (e >= a.num_local_experts) return;  // not routed here: its h row is never read
-  const GateUpShared layout = gate_up_shared(K, sizeof(W));
+  const int warps = blockDim.x / 32;
+  const GateUpShared layout = gate_up_shared(K, sizeof(W), warps);
   S* x_s = reinterpret_cast<S*>(base + layout.x_offset);
   const int64_t k_groups = ceil_div(K, kGroup);
   const int units = static_cast<int>(ceil_div(K, Sp::kStage));
@@ -302,7 +308,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
     *src = valid ? static_cast<const void*>(rows[c % 2] + k) : a.w13;
     return valid;
   };
-  auto next = [](int& u) { u += kGateUpWarps; };
+  auto next = [warps](int& u) { u += warps; };
   auto prologue = [&] {
     const int64_t k_pad = int64_t{units} * Sp::kStage;  // fp8: whole groups of 128
     if constexpr (kFp8) {
@@ -312,7 +318,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
       const float* ws = a.w13_scale + int64_t{e} * ceil_div(2 * N, kGroup) * k_groups;
       const int64_t gate_block = gate_column(a.gated_layout, n0, N) / kGroup,
                     up_block = up_column(a.gated_layout, n0, N) / kGroup;
-      for (int64_t i = threadIdx.x; i < k_groups; i += kGateUpWarps * 32) {
+      for (int64_t i = threadIdx.x; i < k_groups; i += blockDim.x) {
         gate_scale_s[i] = ws[gate_block * k_groups + i];
         up_scale_s[i] = ws[up_block * k_groups + i];
       }
@@ -323,19 +329,19 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
       // trip for K <= 4096 * kFillLoads / 4, not one per pass). Amax, scale and e4m3 codes
       // exactly as quantize_rows computes them; the codes as fp16 (zero past K: the loads give
       // zeros there), the scale into x_scale_s.
-      constexpr int kPass = kGateUpWarps * 32 * 8;
+      const int pass = static_cast<int>(blockDim.x) * 8;
       const X* x_row = static_cast<const X*>(a.x) + t * K;
-      for (int64_t base = 0; base < k_pad; base += int64_t{kPass} * kFillLoads) {
+      for (int64_t base = 0; base < k_pad; base += int64_t{pass} * kFillLoads) {
         uint4 raw[kFillLoads];
 #pragma unroll
         for (int i = 0; i < kFillLoads; ++i) {
-          const int64_t k = base + i * kPass + threadIdx.x * 8;  // K % 16 == 0: whole chunks
+          const int64_t k = base + i * pass + threadIdx.x * 8;  // K % 16 == 0: whole chunks
           raw[i] = k < K ? *reinterpret_cast<const uint4*>(x_row + k) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int i = 0; i < kFillLoads; ++i) {
-          if (base + i * kPass >= k_pad) break;  // block-uniform
-          const int64_t k = base + i * kPass + threadIdx.x * 8;
+          if (base + i * pass >= k_pad) break;  // block-uniform
+          const int64_t k = base + i * pass + threadIdx.x * 8;
           const X* x8 = reinterpret_cast<const X*>(&raw[i]);
           float v[8];
           uint32_t amax = 0;
@@ -363,7 +369,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
     // groups' x scales.
     const W* x_row = static_cast<const W*>(a.x) + t * K;
     for (int64_t k = int64_t{threadIdx.x} * Sp::kValues; k < k_pad;
-         k += int64_t{kGateUpWarps} * 32 * Sp::kValues) {
+         k += int64_t{blockDim.x} * Sp::kValues) {
       uint32_t v[Sp::kValues / 2] = {};
       if (k < K) {
         const uint4 raw = *reinterpret_cast<const uint4*>(x_row + k);
@@ -385,7 +391,7 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
         dst[i] = make_uint4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
     }
     if constexpr (kFp8) {
-      for (int64_t i = threadIdx.x; i < k_groups; i += kGateUpWarps * 32)
+      for (int64_t i = threadIdx.x; i < k_groups; i += blockDim.x)
         x_scale_s[i] = a.x_scale[t * k_groups + i];
     }
     __syncthreads();
@@ -410,15 +416,16 @@ __global__ void __launch_bounds__(kGateUpWarps * 32) decode_gate_up_kernel(const
       acc_up += d[2];
     }
   };
-  uint4* ring = reinterpret_cast<uint4*>(base + warp * kRingBytesPerWarp);
-  stream_stages(ring, stages_of_warp(units, warp, kGateUpWarps), warp, source, next, use, prologue);
+  uint4* ring = reinterpret_cast<uint4*>(base + warp * ring_bytes_per_warp(kGateUpDepth));
+  stream_stages<kGateUpDepth>(ring, stages_of_warp(units, warp, warps), warp, source, next, use,
+                              prologue);
 
   publish_partials(red, warp, acc_gate, acc_up);
   __syncthreads();
   if (threadIdx.x < 8) {
     const int f = threadIdx.x;
-    const float value = gated_function(a.activation, tile_row_total(red, kGateUpWarps, f),
-                                       tile_row_total(red, kGateUpWarps, f + 8));
+    const float value = gated_function(a.activation, tile_row_total(red, warps, f),
+                                       tile_row_total(red, warps, f + 8));
     // fp8: fp32 for quantize_h; else already down's operand (rounded once, here, not per CTA).
     if constexpr (kFp8) {
       static_cast<float*>(a.h)[pair * N + n0 + f] = value;
@@ -608,9 +615,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) decode_down_kernel(const Decod
     acc_lo = fmaf(d[0], fold, acc_lo);
     acc_hi = fmaf(d[2], fold, acc_hi);
   };
-  uint4* ring = reinterpret_cast<uint4*>(base + warp * kRingBytesPerWarp);
+  uint4* ring = reinterpret_cast<uint4*>(base + warp * ring_bytes_per_warp(kDownDepth));
   const int units = static_cast<int>(topk) * n_stages;
-  stream_stages(ring, stages_of_warp(units, warp, warps), Unit{warp / n_stages, warp % n_stages},
+  stream_stages<kDownDepth>(ring, stages_of_warp(units, warp, warps), Unit{warp / n_stages, warp % n_stages},
                 source, next, use, prologue);
 
   publish_partials(red, warp, acc_lo, acc_hi);
@@ -623,13 +630,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) decode_down_kernel(const Decod
 
 // ---- host side ----------------------------------------------------------------------------------
 
-// The launch shapes. gate_up: always kGateUpWarps warps; its grid is large and several CTAs
-// share an SM. down: its grid has only K / 16 CTAs per token, so the warps of a CTA are what
+// The launch shapes. gate_up: gate_up_warps(), fewer if its shared memory does not fit; its
+// grid is large and several CTAs share an SM. down: its grid has only K / 16 CTAs per token, so the warps of a CTA are what
 // keeps bytes in flight: 16 warps when the grid fits in one wave, else 8 warps two CTAs to an SM
 // (a CTA's h staging then overlaps the other's streaming, and waves are finer), else the most
 // warps that fit (a large topk * N operand takes shared memory from the rings).
 struct DecodeShapes {
-  int down_warps = 0;
+  int gate_up_warps = 0, down_warps = 0;
   size_t gate_up_bytes = 0, down_bytes = 0;
   bool fits() const { return gate_up_bytes > 0 && down_warps > 0; }
 };
@@ -640,11 +647,29 @@ struct SharedLimits {
   int64_t sms;
 };
 
+// gate_up's warps per CTA, from an H200 sweep of 4-16 warps x ring depths 2-8 at M = 1 and 4
+// (docs/perf.md, twenty-first session). fp8 weights: 4 — the CTA quantizes its token row before
+// its first MMA, and more CTAs per SM hide that better than more warps per CTA (8 warps were
+// 1-4 % slower). 16-bit weights: the most warps (a power of two, 4-16) that still stream >= 4
+// stages each of the tile's K: each warp's ring is a chain (wait, MMAs, request), so the big
+// layers go as fast as the SM runs chains (Mixtral M = 1 0.96x the time of 4 warps with 16),
+// while fewer stages per warp leave the rings mostly ramp (Qwen3 with 16 warps: 1.05x).
+int gate_up_warps(int64_t K, size_t weight_bytes) {
+  if (weight_bytes == 1) return 4;
+  const int64_t stages = ceil_div(K, stage_span(weight_bytes));
+  int warps = 4;
+  while (warps < kMaxWarps && stages >= 4 * 2 * warps) warps *= 2;
+  return warps;
+}
+
 DecodeShapes decode_shapes(int64_t M, int64_t K, int64_t N, int64_t topk, size_t weight_bytes,
                            const SharedLimits& limits) {
   DecodeShapes s;
-  const size_t gate_up_bytes = gate_up_shared(K, weight_bytes).bytes;
-  if (gate_up_bytes <= limits.per_block) s.gate_up_bytes = gate_up_bytes;
+  for (int warps = gate_up_warps(K, weight_bytes); warps >= 4 && s.gate_up_warps == 0;
+       warps /= 2) {
+    const size_t bytes = gate_up_shared(K, weight_bytes, warps).bytes;
+    if (bytes <= limits.per_block) s.gate_up_warps = warps, s.gate_up_bytes = bytes;
+  }
   auto try_down = [&](int warps, size_t budget) {
     const size_t bytes = down_shared(topk, N, weight_bytes, warps).bytes;
     if (s.down_warps > 0 || bytes > budget) return;
@@ -802,7 +827,7 @@ void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
   dispatch_weight(a.w_dtype, [&](auto w_tag) {
     using W = typename decltype(w_tag)::type;
     auto launch_gate_up = [&](auto kernel) {
-      launch(kernel, gate_up_grid, kGateUpWarps, shapes.gate_up_bytes, a, false, stream);
+      launch(kernel, gate_up_grid, shapes.gate_up_warps, shapes.gate_up_bytes, a, false, stream);
     };
     if constexpr (std::is_same_v<W, uint8_t>) {
       if (a.x_dtype == DType::fp8_e4m3) {

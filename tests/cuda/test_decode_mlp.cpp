@@ -121,7 +121,11 @@ INSTANTIATE_TEST_SUITE_P(
                    256},
         // topk * N * 2 bytes = 64 KiB of shared operand: above the 48 KiB default (opt-in).
         DecodeCase{"bf16_large_shared", bf16, none, silu, gate_up, 1, 4, 4, 4, 128, 8192},
-        DecodeCase{"fp8_large_shared", bf16, fp8, silu, gate_up, 1, 4, 4, 4, 128, 8192}),
+        DecodeCase{"fp8_large_shared", bf16, fp8, silu, gate_up, 1, 4, 4, 4, 128, 8192},
+        // gate_up's wider CTAs for 16-bit weights (gate_up_warps): K = 2880 is 45 stages over 8
+        // warps (uneven shares), K = 4096 64 stages over 16 (8 on GPUs of 99 KiB per CTA).
+        DecodeCase{"bf16_K2880_8_warps", bf16, none, silu, gate_up, 2, 2, 4, 4, 2880, 128},
+        DecodeCase{"fp16_K4096_16_warps", fp16, none, gelu, interleaved, 1, 2, 4, 4, 4096, 64}),
     [](const ::testing::TestParamInfo<DecodeCase>& info) { return std::string(info.param.name); });
 
 // ---- which applies take the decode path (host only but the last: run without a GPU) ----------
