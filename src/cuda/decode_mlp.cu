@@ -649,11 +649,12 @@ struct SharedLimits {
 
 // gate_up's warps per CTA, from an H200 sweep of 4-16 warps x ring depths 2-8 at M = 1 and 4
 // (docs/perf.md, twenty-first session). fp8 weights: 4 — the CTA quantizes its token row before
-// its first MMA, and more CTAs per SM hide that better than more warps per CTA (8 warps were
-// 1-4 % slower). 16-bit weights: the most warps (a power of two, 4-16) that still stream >= 4
-// stages each of the tile's K: each warp's ring is a chain (wait, MMAs, request), so the big
-// layers go as fast as the SM runs chains (Mixtral M = 1 0.96x the time of 4 warps with 16),
-// while fewer stages per warp leave the rings mostly ramp (Qwen3 with 16 warps: 1.05x).
+// its first MMA, and more CTAs per SM hide that better than more warps per CTA (8 warps took
+// 0.99-1.07x the time of 4, faster only at DeepSeek-V3's K = 7168). 16-bit weights: the most
+// warps (a power of two, 4-16) that still stream >= 4 stages each of the tile's K: each warp's
+// ring is a chain (wait, MMAs, request), so the big layers go as fast as the SM runs chains
+// (Mixtral M = 1: 0.96x the time with 16 warps), while fewer stages per warp leave the rings
+// mostly ramp (Qwen3 M = 1 with 16 warps: 1.06x).
 int gate_up_warps(int64_t K, size_t weight_bytes) {
   if (weight_bytes == 1) return 4;
   const int64_t stages = ceil_div(K, stage_span(weight_bytes));

@@ -29,7 +29,9 @@
 //
 // Measured on the H200 (docs/perf.md, sixth and twelfth sessions): the big layers' gate_up
 // streams at 70-80 % of the DRAM bandwidth, down at 63-74 % (44-48 % for fp8 while each of its
-// CTAs quantized h itself); small layers cost ~8-14 us per kernel whatever their bytes.
+// CTAs quantized h itself); small layers cost ~8-14 us per kernel whatever their bytes. gate_up's
+// CTAs have 4-16 warps (gate_up_warps in decode_mlp.cu: wider for 16-bit weights and long K;
+// twenty-first session).
 //
 // Each weight row a CTA needs is read once per pair: a pair's expert is read again by every
 // other pair routed to it, which at <= 1 pair per expert mostly hits the L2 (those CTAs run
