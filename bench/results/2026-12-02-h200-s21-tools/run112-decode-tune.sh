@@ -15,11 +15,11 @@ for v in $variants; do
   echo "tests $v rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/t.log | tr '\n' ' ')"
 done
 mkdir -p /tmp/json
-for round in 1 2 3; do
+for round in ${ROUNDS:-1 2 3}; do
   order=$variants; [ $round = 2 ] && order=$(echo $variants | tr ' ' '\n' | tac | tr '\n' ' ')
   for v in $order; do
     [ $(( $(date +%s) - t0 )) -lt 500 ] || break 2
-    MODMOE_DECODE_TUNE=$v timeout 90 $B/tools/modmoe-bench --shapes standard --ms ${MS:-1,4} --no-baseline --settle-ms 30 --json /tmp/json/r$round-$v.json > /tmp/b.log 2>&1 || { echo "bench $v rc=$?"; tail -3 /tmp/b.log; }
+    MODMOE_DECODE_TUNE=$v timeout 90 $B/tools/modmoe-bench --shapes standard --ms ${MS:-1,4} --no-baseline --settle-ms ${SETTLE:-30} --json /tmp/json/r$round-$v.json > /tmp/b.log 2>&1 || { echo "bench $v rc=$?"; tail -3 /tmp/b.log; }
   done
   echo "round $round done at $(( $(date +%s) - t0 )) s"
 done
@@ -39,10 +39,17 @@ for k in res:
         if v not in vs: vs.append(v)
 print("%-16s %-9s %2s " % ("model", "quant", "M") + " ".join("%9s" % v for v in vs))
 for k in sorted(res):
-    base = statistics.median(res[k].get("4,4,0,4,0,0", [float("nan")]))
     cells = []
     for v in vs:
         t = res[k].get(v)
         cells.append("%9s" % ("%.1f" % statistics.median(t) if t else "-"))
     print("%-16s %-9s %2d " % k + " ".join(cells))
+# Each variant's time over BASE's, per case (below 1: faster than BASE).
+base_v = os.environ.get("BASE", "")
+if base_v in vs:
+    print("\ntime / time of " + base_v)
+    for k in sorted(res):
+        b = statistics.median(res[k][base_v]) if base_v in res[k] else float("nan")
+        print("%-16s %-9s %2d " % k + " ".join(
+            "%9s" % ("%.3f" % (statistics.median(res[k][v]) / b) if v in res[k] else "-") for v in vs))
 PY
