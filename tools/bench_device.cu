@@ -36,6 +36,23 @@ double measure_read_bandwidth(size_t bytes, cudaStream_t stream) {
   return double(bytes) / (t.median_us * 1e-6);
 }
 
+double measure_write_bandwidth(size_t bytes, cudaStream_t stream) {
+  DeviceBuffer data(bytes);
+  uint32_t seed = 0;
+  const Timing t = time_replays(stream, 20, 3, nullptr,
+                                [&] { stream_write(data.get(), bytes, ++seed, stream); });
+  return double(bytes) / (t.median_us * 1e-6);
+}
+
+double measure_copy_bandwidth(size_t bytes, cudaStream_t stream) {
+  const size_t half = bytes / 32 * 16;
+  DeviceBuffer src(half), dst(half);
+  BENCH_CUDA(cudaMemsetAsync(src.get(), 0x5a, half, stream));
+  const Timing t = time_replays(stream, 20, 3, nullptr,
+                                [&] { stream_copy(src.get(), dst.get(), half, stream); });
+  return double(2 * half) / (t.median_us * 1e-6);
+}
+
 LaunchFloor measure_launch_floor(cudaStream_t stream, L2Flush* flush) {
   LaunchFloor f;
   const Graph one(stream, cudaStreamCaptureModeThreadLocal, [&] { empty_kernels(1, stream); });

@@ -192,6 +192,11 @@ DeviceInfo device_info();
 // (a multiple of 16), 20 timed replays after 3 untimed; the buffer is freed before it returns.
 double measure_read_bandwidth(size_t bytes, cudaStream_t stream);
 
+// The same for the streaming-write kernel over `bytes`, and for the copy kernel moving `bytes`
+// between two buffers of bytes / 2 (bytes read + bytes written per second).
+double measure_write_bandwidth(size_t bytes, cudaStream_t stream);
+double measure_copy_bandwidth(size_t bytes, cudaStream_t stream);
+
 // The time of a CUDA graph of 1 and of 2 empty kernel nodes, timed like every case (median of
 // 30 replays between events, `flush` before each): the part of any case's time that is graph
 // launch and kernel-boundary latency, not work. Context for the M = 1 floors, which have none.

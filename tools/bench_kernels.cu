@@ -113,6 +113,27 @@ __global__ void __launch_bounds__(kReadThreads)
   if ((threadIdx.x & 31) == 0) sink[(blockIdx.x * blockDim.x + threadIdx.x) / 32] = acc;
 }
 
+__global__ void __launch_bounds__(kReadThreads)
+    stream_write_kernel(uint4* data, int64_t n, uint32_t seed) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride) {
+    const uint32_t v = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    data[i] = make_uint4(v, v + 1, v + 2, v + 3);
+  }
+}
+
+__global__ void __launch_bounds__(kReadThreads)
+    stream_copy_kernel(const uint4* src, uint4* dst, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = __ldcs(src + i), b = __ldcs(src + i + stride), c = __ldcs(src + i + 2 * stride),
+                d = __ldcs(src + i + 3 * stride);
+    dst[i] = a, dst[i + stride] = b, dst[i + 2 * stride] = c, dst[i + 3 * stride] = d;
+  }
+  for (; i < n; i += stride) dst[i] = __ldcs(src + i);
+}
+
 __global__ void empty_kernel() {}
 
 // ---- baseline glue ----------------------------------------------------------------------------
@@ -347,6 +368,23 @@ void stream_read(const void* data, size_t bytes, uint32_t* sink, cudaStream_t st
   kernel<<<kReadBlocks, kReadThreads, 0, stream>>>(static_cast<const uint4*>(data),
                                                    int64_t(bytes / 16), sink);
   check_launch("stream_read");
+}
+
+void stream_write(void* data, size_t bytes, uint32_t seed, cudaStream_t stream) {
+  MODMOE_CHECK(bytes % 16 == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0)
+      << "stream_write: needs 16-byte aligned data and a multiple of 16 bytes, got " << bytes;
+  stream_write_kernel<<<kReadBlocks, kReadThreads, 0, stream>>>(static_cast<uint4*>(data),
+                                                                int64_t(bytes / 16), seed);
+  check_launch("stream_write");
+}
+
+void stream_copy(const void* src, void* dst, size_t bytes, cudaStream_t stream) {
+  MODMOE_CHECK(bytes % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+               reinterpret_cast<uintptr_t>(dst) % 16 == 0)
+      << "stream_copy: needs 16-byte aligned buffers and a multiple of 16 bytes, got " << bytes;
+  stream_copy_kernel<<<kReadBlocks, kReadThreads, 0, stream>>>(
+      static_cast<const uint4*>(src), static_cast<uint4*>(dst), int64_t(bytes / 16));
+  check_launch("stream_copy");
 }
 
 void gather_rows(const void* x, int64_t K, const BaselineRows& rows, void* out,

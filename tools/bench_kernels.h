@@ -39,6 +39,13 @@ void stream_read(const void* data, size_t bytes, uint32_t* sink, cudaStream_t st
                  ReadCaching caching = ReadCaching::streaming);
 int64_t stream_read_sink_words();
 
+// Writes `bytes` (a multiple of 16, 16-byte aligned) once with 16-byte stores of values that
+// differ per store (`seed` mixed in), and copies `bytes` from src to dst the same way (16-byte
+// loads, four in flight per thread, then their stores): the write-only and read+write
+// ceilings of kernels that mostly write (the quantize-scatter) or read and write (the reduce).
+void stream_write(void* data, size_t bytes, uint32_t seed, cudaStream_t stream);
+void stream_copy(const void* src, void* dst, size_t bytes, cudaStream_t stream);
+
 // ---- launch latency ---------------------------------------------------------------------------
 
 // `count` empty kernels (one warp each) in a row on `stream`: what a graph of that many kernel
