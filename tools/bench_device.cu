@@ -59,6 +59,16 @@ LaunchFloor measure_launch_floor(cudaStream_t stream, L2Flush* flush) {
   f.one_kernel_us = time_replays(stream, 30, 3, flush, [&] { one.launch(stream); }).median_us;
   const Graph two(stream, cudaStreamCaptureModeThreadLocal, [&] { empty_kernels(2, stream); });
   f.two_kernels_us = time_replays(stream, 30, 3, flush, [&] { two.launch(stream); }).median_us;
+  const Graph allocating(stream, cudaStreamCaptureModeThreadLocal, [&] {
+    void *ws13 = nullptr, *ws2 = nullptr;
+    BENCH_CUDA(cudaMallocAsync(&ws13, size_t(1) << 20, stream));
+    BENCH_CUDA(cudaMallocAsync(&ws2, size_t(64) << 10, stream));
+    empty_kernels(1, stream);
+    BENCH_CUDA(cudaFreeAsync(ws2, stream));
+    BENCH_CUDA(cudaFreeAsync(ws13, stream));
+  });
+  f.one_kernel_two_allocations_us =
+      time_replays(stream, 30, 3, flush, [&] { allocating.launch(stream); }).median_us;
   return f;
 }
 
