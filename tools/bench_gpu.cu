@@ -213,6 +213,36 @@ std::array<double, 3> compare_outputs(const void* a, const void* b, int64_t n,
   return host;
 }
 
+// Wraps an allocator and records the most bytes live at once, each allocation rounded as
+// ArenaAllocator rounds it: the arena a forward needs when it frees in reverse order (the modular
+// kernel's scoped workspaces do; an arena too small for another order says so and the case fails).
+class PeakRecorder final : public Allocator {
+ public:
+  explicit PeakRecorder(Allocator* inner) : inner_(inner) {}
+  void* allocate(size_t bytes, void* stream) override {
+    void* p = inner_->allocate(bytes, stream);
+    if (p != nullptr) {
+      const size_t a = ArenaAllocator::kAlignment;
+      live_ += (bytes + a - 1) / a * a;
+      peak_ = std::max(peak_, live_);
+    }
+    return p;
+  }
+  void deallocate(void* ptr, size_t bytes, void* stream) override {
+    if (ptr != nullptr) {
+      const size_t a = ArenaAllocator::kAlignment;
+      live_ -= (bytes + a - 1) / a * a;
+    }
+    inner_->deallocate(ptr, bytes, stream);
+  }
+  Device device() const override { return inner_->device(); }
+  size_t peak() const { return peak_; }
+
+ private:
+  Allocator* inner_;
+  size_t live_ = 0, peak_ = 0;
+};
+
 struct SuiteContext {
   const GpuSuiteOptions& options;
   cudaStream_t stream;
@@ -281,7 +311,7 @@ void run_case(const SuiteContext& s, const ModelShape& model, QuantScheme scheme
   r.experts_name = kernel.experts().name();
   r.path = experts_path(kernel.experts(), M);
   r.pf_name = kernel.prepare_finalize().name();
-  const Context ctx = cuda_context(0, stream);
+  Context ctx = cuda_context(0, stream);
   const Device dev = Device::cuda(0);
   ForwardArgs args;
   args.hidden_states = Tensor(x.get(), DType::bf16, {M, K}, dev);
@@ -289,6 +319,18 @@ void run_case(const SuiteContext& s, const ModelShape& model, QuantScheme scheme
   args.topk_ids = Tensor(topk_ids.get(), DType::int32, {M, topk}, dev);
   args.output = Tensor(out.get(), DType::bf16, {M, K}, dev);
   args.weights = weights.view;
+  DeviceBuffer arena_memory;
+  std::unique_ptr<ArenaAllocator> arena;
+  if (o.arena) {
+    PeakRecorder recorder(ctx.alloc());
+    Context sizing = ctx;
+    sizing.allocator = &recorder;
+    kernel.forward(sizing, args);
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    arena_memory = DeviceBuffer(std::max(recorder.peak(), ArenaAllocator::kAlignment));
+    arena = std::make_unique<ArenaAllocator>(arena_memory.get(), arena_memory.bytes(), dev);
+    ctx.allocator = arena.get();
+  }
   kernel.forward(ctx, args);
   BENCH_CUDA(cudaStreamSynchronize(stream));
   {
@@ -596,7 +638,8 @@ int run_gpu_suite(const GpuSuiteOptions& o) {
         .num("seed", int64_t(o.seed))
         .str("prepare_finalize", o.prepare_finalize)
         .str("experts", o.experts)
-        .flag("stages", o.stages);
+        .flag("stages", o.stages)
+        .flag("arena", o.arena);
     JsonObject peak;
     peak.num("gemm_size", peaks.size)
         .num("bf16_tflops", peaks.bf16_tflops)

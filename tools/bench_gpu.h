@@ -23,6 +23,9 @@ struct GpuSuiteOptions {
   L2FlushKind flush_kind = L2FlushKind::read;  // how (bench_device.h)
   bool baseline = true;                        // time the cuBLAS per-expert baseline too
   bool stages = false;  // also time each stage of the portable path on its own
+  // The forward's workspaces from an ArenaAllocator sized by an eager forward's peak, instead
+  // of the default cudaMallocAsync pool: the captured graph then has no memory nodes.
+  bool arena = false;
   uint64_t seed = 1;
   std::string json_path;  // empty: no JSON file
 };

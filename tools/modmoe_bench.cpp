@@ -52,7 +52,7 @@ using bench::ModelShape;
       "       modmoe-bench --shapes standard|quick [--json FILE] [--stages] [--replays R]\n"
       "                    [--models a,b] [--ms 1,16] [--quants none,fp8-block] [--pf NAME]\n"
       "                    [--experts NAME] [--no-baseline] [--no-flush | --flush read|write]\n"
-      "                    [--settle-ms MS] [--seed S]\n"
+      "                    [--settle-ms MS] [--seed S] [--arena]\n"
       "       modmoe-bench --gemm [--json FILE] [--replays R] [--quick] [--seed S]\n"
       "                    [--no-flush | --flush read|write] [--settle-ms MS]\n"
       "                    [--models a,b] [--rows 1,64] [--decode-ms 1,2 | 0] [--gemm-dtypes fp8]\n"
@@ -70,6 +70,8 @@ using bench::ModelShape;
       "write (a memset, as before 2026-12-01: the timed kernels pay for its dirty lines).\n"
       "--settle-ms: idle time before each timing (default 300), so a case is not timed at the\n"
       "clock a compute-bound case before it left under the power cap; 0 turns it off.\n"
+      "--arena: the forward's workspaces from an ArenaAllocator (sized by an eager forward)\n"
+      "instead of the cudaMallocAsync pool, so the captured graph has no memory nodes.\n"
       "Skips (exit 0) where the Hopper kernel is not available.\n"
       "See docs/gpu.md.\n");
   std::exit(code);
@@ -284,6 +286,7 @@ int main(int argc, char** argv) {
     uint64_t seed = 1;
     bool check = true, any = false, force_cpu = false, force_gpu = false;
     bool stages = false, baseline = true, flush = true, gemm = false, quick = false;
+    bool arena = false;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       auto next = [&]() -> std::string {
@@ -341,6 +344,8 @@ int main(int argc, char** argv) {
         pf = next();
       else if (a == "--no-baseline")
         baseline = false;
+      else if (a == "--arena")
+        arena = true;
       else if (a == "--no-flush")
         flush = false;
       else if (a == "--flush") {
@@ -469,6 +474,7 @@ int main(int argc, char** argv) {
       if (settle_ms >= 0) bench::set_settle_ms(static_cast<int>(settle_ms));
       o.baseline = baseline;
       o.stages = stages;
+      o.arena = arena;
       o.seed = seed;
       o.json_path = json_path;
       return bench::run_gpu_suite(o);

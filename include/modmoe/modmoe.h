@@ -3,6 +3,7 @@
 
 #include "modmoe/activation.h"
 #include "modmoe/allocator.h"
+#include "modmoe/arena_allocator.h"
 #include "modmoe/context.h"
 #include "modmoe/dtype.h"
 #include "modmoe/error.h"

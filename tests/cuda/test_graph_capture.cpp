@@ -6,6 +6,9 @@
 // waits for the host. Stream-ordered allocations (cudaMallocAsync, the default device
 // allocator) are legal: they become the graph's own memory nodes.
 //
+// With an ArenaAllocator as the context's allocator (GraphCase::arena) the forward allocates
+// nothing in the graph: it must have no memory nodes, and leave the arena empty.
+//
 // The graph is then replayed on three fresh random problems of the same shape, written into the
 // same device buffers, each checked against the float64 oracle; replaying one input twice and
 // replaying the warm-up's input must reproduce the eager output bit for bit (deterministic
@@ -15,6 +18,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -130,12 +134,13 @@ struct GraphCase {
   QuantScheme scheme;
   int64_t chunk_size;  // Context::chunk_size; < M makes forward loop over chunks in the graph
   int64_t M = 48;      // 3 tokens: CudaExperts' decode path (6 pairs over 8 experts)
+  bool arena = false;  // the workspaces from an ArenaAllocator (no graph memory nodes)
 };
 
 // What ctest shows after "GetParam() =" (instead of the struct's bytes).
 void PrintTo(const GraphCase& c, std::ostream* os) {
   *os << c.prepare_finalize << "+" << c.experts << " " << quant_scheme_name(c.scheme)
-      << " chunk=" << c.chunk_size << " M=" << c.M;
+      << " chunk=" << c.chunk_size << " M=" << c.M << (c.arena ? " arena" : "");
 }
 
 std::string case_name(const ::testing::TestParamInfo<GraphCase>& info) {
@@ -143,6 +148,7 @@ std::string case_name(const ::testing::TestParamInfo<GraphCase>& info) {
   std::string name = std::string(c.experts) + "_" + quant_scheme_name(c.scheme);
   if (c.chunk_size > 0) name += "_chunk" + std::to_string(c.chunk_size);
   if (c.M != 48) name += "_M" + std::to_string(c.M);
+  if (c.arena) name += "_arena";
   for (char& ch : name)
     if (ch == '-') ch = '_';
   return name;
@@ -159,9 +165,11 @@ class GraphCapture : public ::testing::TestWithParam<GraphCase> {
     if (exec_) cudaGraphExecDestroy(exec_);
     if (graph_) cudaGraphDestroy(graph_);
     if (stream_) cudaStreamDestroy(stream_);
+    if (arena_memory_) cudaFree(arena_memory_);
   }
 
   cudaStream_t stream_ = nullptr;
+  void* arena_memory_ = nullptr;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
 };
@@ -201,6 +209,13 @@ TEST_P(GraphCapture, WholeForwardReplaysWithNewInputs) {
       make_modular_kernel(c.prepare_finalize, c.experts, config, Device::cuda(0));
   Context ctx = cuda_context(0, stream_);
   if (c.chunk_size > 0) ctx.chunk_size = c.chunk_size;
+  constexpr size_t kArenaBytes = size_t(64) << 20;  // these shapes need well under 1 MiB
+  std::unique_ptr<ArenaAllocator> arena;
+  if (c.arena) {
+    ASSERT_CUDA(cudaMalloc(&arena_memory_, kArenaBytes));
+    arena = std::make_unique<ArenaAllocator>(arena_memory_, kArenaBytes, Device::cuda(0));
+    ctx.allocator = arena.get();
+  }
 
   DeviceProblem device(first);
   const ForwardArgs args = device.args();
@@ -240,6 +255,19 @@ TEST_P(GraphCapture, WholeForwardReplaysWithNewInputs) {
   size_t num_nodes = 0;
   ASSERT_CUDA(cudaGraphGetNodes(graph_, nullptr, &num_nodes));
   EXPECT_GT(num_nodes, 1u) << "a whole forward is more than one node";
+  if (c.arena) {
+    std::vector<cudaGraphNode_t> nodes(num_nodes);
+    ASSERT_CUDA(cudaGraphGetNodes(graph_, nodes.data(), &num_nodes));
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+      ASSERT_CUDA(cudaGraphNodeGetType(node, &type));
+      EXPECT_TRUE(type != cudaGraphNodeTypeMemAlloc && type != cudaGraphNodeTypeMemFree)
+          << "a forward on an arena allocated in the graph (node type " << int(type) << ")";
+    }
+    EXPECT_GT(arena->high_water(), 0u);
+    EXPECT_EQ(arena->in_use(), 0u);
+    EXPECT_EQ(arena->foreign_frees(), 0u);
+  }
   ASSERT_CUDA(cudaGraphInstantiate(&exec_, graph_, 0));
 
   // Replays on new problems written into the same buffers.
@@ -284,12 +312,15 @@ INSTANTIATE_TEST_SUITE_P(
         GraphCase{"NoEPPrepareAndFinalize", "CudaExperts", QuantScheme::none, 16},
         GraphCase{"NoEPPrepareAndFinalize", "CudaExperts", QuantScheme::none, 0, 3},
         GraphCase{"NoEPPrepareAndFinalize", "CudaExperts", QuantScheme::fp8_block, 0, 3},
+        GraphCase{"NoEPPrepareAndFinalize", "CudaExperts", QuantScheme::fp8_block, 0, 3, true},
+        GraphCase{"NoEPPrepareAndFinalize", "CudaExperts", QuantScheme::none, 16, 48, true},
         GraphCase{"BatchedPrepareAndFinalize", "BatchedCudaExperts", QuantScheme::none, 0},
         GraphCase{"BatchedPrepareAndFinalize", "BatchedCudaExperts", QuantScheme::fp8_block, 0},
         // The Hopper experts (skipped where the device is not sm_90).
         GraphCase{"NoEPPrepareAndFinalize", "Sm90Experts", QuantScheme::none, 0},
         GraphCase{"NoEPPrepareAndFinalize", "Sm90Experts", QuantScheme::fp8_block, 0},
         GraphCase{"NoEPPrepareAndFinalize", "Sm90Experts", QuantScheme::fp8_block, 16},
+        GraphCase{"NoEPPrepareAndFinalize", "Sm90Experts", QuantScheme::fp8_block, 0, 48, true},
         GraphCase{"BatchedPrepareAndFinalize", "BatchedSm90Experts", QuantScheme::none, 0},
         GraphCase{"BatchedPrepareAndFinalize", "BatchedSm90Experts", QuantScheme::fp8_block, 0}),
     case_name);
