@@ -11,16 +11,15 @@ ArenaAllocator::ArenaAllocator(void* base, size_t bytes, Device device)
   MODMOE_CHECK(base != nullptr || bytes == 0)
       << "ArenaAllocator: base must not be null for " << bytes << " bytes";
   MODMOE_CHECK(reinterpret_cast<uintptr_t>(base) % kAlignment == 0)
-      << "ArenaAllocator: base must be " << kAlignment << "-byte aligned, got address "
-      << base;
+      << "ArenaAllocator: base must be " << kAlignment << "-byte aligned, got address " << base;
 }
 
 void* ArenaAllocator::allocate(size_t bytes, void*) {
   if (bytes == 0) return nullptr;
   const size_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   MODMOE_CHECK(size >= bytes && size <= bytes_ - top_)
-      << "ArenaAllocator: cannot allocate " << bytes << " bytes: " << top_ << " of its "
-      << bytes_ << " bytes are in use (" << bytes_ - top_
+      << "ArenaAllocator: cannot allocate " << bytes << " bytes: " << top_ << " of its " << bytes_
+      << " bytes are in use (" << bytes_ - top_
       << " free); size the arena by high_water() after a forward of the largest shape";
   blocks_.push_back({top_, top_ + size, false});
   top_ += size;

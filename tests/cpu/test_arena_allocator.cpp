@@ -84,31 +84,36 @@ std::vector<uint8_t> bytes_of(const Tensor& t) {
 }
 
 // Each finalize path (the experts reducing themselves, or the finalize's contiguous reduce over
-// a fused output buffer), chunked or not: the same bytes as with the host allocator.
+// a fused output buffer), chunked or not, and fp8-block (the prepare's quantized rows and scales
+// live in a vector, whose elements are freed first to last: out of the stack's order): the same
+// bytes as with the host allocator.
 TEST(ArenaAllocator, AModularKernelForwardTakesItsWorkspacesFromIt) {
-  for (bool reduce_in_experts : {true, false}) {
-    for (int64_t chunk : {0, 16}) {
-      testing::Problem p = testing::make_problem(testing::simple_spec(40, 4, 16, 128, 96,
-                                                                      DType::fp32,
-                                                                      QuantScheme::none));
-      const auto& cfg = p.spec.config;
-      ModularKernel k(std::make_shared<cpu::NoEPPrepareAndFinalize>(cfg),
-                      std::make_shared<cpu::ReferenceExperts>(cfg, reduce_in_experts));
-      Context host = Context::cpu();
-      host.chunk_size = chunk;
-      k.forward(host, p.forward_args());
-      const std::vector<uint8_t> expected = bytes_of(p.output);
+  for (QuantScheme scheme : {QuantScheme::none, QuantScheme::fp8_block}) {
+    for (bool reduce_in_experts : {true, false}) {
+      for (int64_t chunk : {0, 16}) {
+        const DType dtype = scheme == QuantScheme::none ? DType::fp32 : DType::bf16;
+        testing::Problem p =
+            testing::make_problem(testing::simple_spec(40, 4, 16, 128, 96, dtype, scheme));
+        const auto& cfg = p.spec.config;
+        ModularKernel k(std::make_shared<cpu::NoEPPrepareAndFinalize>(cfg),
+                        std::make_shared<cpu::ReferenceExperts>(cfg, reduce_in_experts));
+        Context host = Context::cpu();
+        host.chunk_size = chunk;
+        k.forward(host, p.forward_args());
+        const std::vector<uint8_t> expected = bytes_of(p.output);
 
-      HostArena h(size_t(4) << 20);
-      Context ctx = host;
-      ctx.allocator = &h.arena;
-      testing::poison(p.output);
-      k.forward(ctx, p.forward_args());
-      EXPECT_EQ(bytes_of(p.output), expected)
-          << "reduce_in_experts " << reduce_in_experts << ", chunk " << chunk;
-      EXPECT_GT(h.arena.high_water(), 0u);
-      EXPECT_EQ(h.arena.in_use(), 0u);
-      EXPECT_EQ(h.arena.foreign_frees(), 0u);
+        HostArena h(size_t(4) << 20);
+        Context ctx = host;
+        ctx.allocator = &h.arena;
+        testing::poison(p.output);
+        k.forward(ctx, p.forward_args());
+        EXPECT_EQ(bytes_of(p.output), expected)
+            << quant_scheme_name(scheme) << ", reduce_in_experts " << reduce_in_experts
+            << ", chunk " << chunk;
+        EXPECT_GT(h.arena.high_water(), 0u);
+        EXPECT_EQ(h.arena.in_use(), 0u);
+        EXPECT_EQ(h.arena.foreign_frees(), 0u);
+      }
     }
   }
 }
