@@ -5,7 +5,7 @@
 # three rounds (the second in reverse order). Run in place on the GPU machine (carry .deps).
 set -u
 cd "$(dirname "$0")/../../.."
-t0=$(date +%s)
+t0=${T0:-$(date +%s)}  # T0, LIMIT: a caller's start and budget (run116)
 scripts/gpu-build modmoe_gpu_tests modmoe-bench > $OUT/build.log 2>&1
 echo "build rc=$? at $(( $(date +%s) - t0 )) s"; grep -m3 -A3 error $OUT/build.log
 B=build-gpu
@@ -18,7 +18,7 @@ mkdir -p /tmp/json
 for round in ${ROUNDS:-1 2 3}; do
   order=$variants; [ $round = 2 ] && order=$(echo $variants | tr ' ' '\n' | tac | tr '\n' ' ')
   for v in $order; do
-    [ $(( $(date +%s) - t0 )) -lt 500 ] || break 2
+    [ $(( $(date +%s) - t0 )) -lt ${LIMIT:-500} ] || break 2
     MODMOE_DECODE_TUNE=$v timeout 90 $B/tools/modmoe-bench --shapes standard --ms ${MS:-1,4} --no-baseline --settle-ms ${SETTLE:-30} --json /tmp/json/r$round-$v.json > /tmp/b.log 2>&1 || { echo "bench $v rc=$?"; tail -3 /tmp/b.log; }
   done
   echo "round $round done at $(( $(date +%s) - t0 )) s"
