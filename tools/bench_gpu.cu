@@ -180,6 +180,7 @@ struct CaseResult {
   double flops = 0, weight_bytes = 0, bytes = 0;
   Timing modmoe;
   size_t graph_nodes = 0;
+  size_t arena_bytes = 0;  // --arena: the forward's workspace bytes (the arena's size)
   int64_t non_finite = -1;
   double floor_us = NAN, peak_tflops = NAN;
   const char* bound = "";
@@ -330,6 +331,7 @@ void run_case(const SuiteContext& s, const ModelShape& model, QuantScheme scheme
     arena_memory = DeviceBuffer(std::max(recorder.peak(), ArenaAllocator::kAlignment));
     arena = std::make_unique<ArenaAllocator>(arena_memory.get(), arena_memory.bytes(), dev);
     ctx.allocator = arena.get();
+    r.arena_bytes = arena_memory.bytes();
   }
   kernel.forward(ctx, args);
   BENCH_CUDA(cudaStreamSynchronize(stream));
@@ -414,6 +416,7 @@ std::string case_json(const CaseResult& r) {
       .num("time_max_us", r.modmoe.max_us)
       .num("replays", int64_t(r.modmoe.replays))
       .num("graph_nodes", int64_t(r.graph_nodes))
+      .num("arena_bytes", int64_t(r.arena_bytes))
       .num("tflops", r.flops / (r.modmoe.median_us * 1e-6) * 1e-12)
       .num("weight_GBps", r.weight_bytes / (r.modmoe.median_us * 1e-6) * 1e-9)
       .num("non_finite_outputs", r.non_finite)
