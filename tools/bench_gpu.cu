@@ -222,18 +222,11 @@ class PeakRecorder final : public Allocator {
   explicit PeakRecorder(Allocator* inner) : inner_(inner) {}
   void* allocate(size_t bytes, void* stream) override {
     void* p = inner_->allocate(bytes, stream);
-    if (p != nullptr) {
-      const size_t a = ArenaAllocator::kAlignment;
-      live_ += (bytes + a - 1) / a * a;
-      peak_ = std::max(peak_, live_);
-    }
+    if (p != nullptr) peak_ = std::max(peak_, live_ += ArenaAllocator::footprint(bytes));
     return p;
   }
   void deallocate(void* ptr, size_t bytes, void* stream) override {
-    if (ptr != nullptr) {
-      const size_t a = ArenaAllocator::kAlignment;
-      live_ -= (bytes + a - 1) / a * a;
-    }
+    if (ptr != nullptr) live_ -= ArenaAllocator::footprint(bytes);
     inner_->deallocate(ptr, bytes, stream);
   }
   Device device() const override { return inner_->device(); }
@@ -545,10 +538,10 @@ int run_gpu_suite(const GpuSuiteOptions& o) {
 
   L2Flush flush_buffer = o.flush_l2 ? L2Flush(info.l2_bytes, o.flush_kind) : L2Flush();
   const LaunchFloor launch = measure_launch_floor(stream, o.flush_l2 ? &flush_buffer : nullptr);
-  std::printf("graph launch (empty kernels, timed like a case): 1 kernel %.1f us, 2 kernels %.1f us\n",
-              launch.one_kernel_us, launch.two_kernels_us);
-  std::printf("graph launch, 1 kernel between 2 allocations and their frees: %.1f us\n",
-              launch.one_kernel_two_allocations_us);
+  std::printf(
+      "graph launch (empty kernels, timed like a case): 1 kernel %.1f us, 2 kernels %.1f us, 1 "
+      "kernel between 2 allocations and their frees %.1f us\n",
+      launch.one_kernel_us, launch.two_kernels_us, launch.one_kernel_two_allocations_us);
   std::fflush(stdout);
   SuiteContext s{o, stream, cublas, o.flush_l2 ? &flush_buffer : nullptr, read_bw, peaks};
   std::vector<CaseResult> results;

@@ -24,6 +24,10 @@ namespace modmoe {
 class ArenaAllocator final : public Allocator {
  public:
   static constexpr size_t kAlignment = 256;
+  // The bytes an allocation of `bytes` takes from the arena (rounded up to kAlignment).
+  static constexpr size_t footprint(size_t bytes) {
+    return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  }
 
   // `base`: `bytes` of memory on `device` (kAlignment-aligned), owned by the caller.
   ArenaAllocator(void* base, size_t bytes, Device device);

@@ -16,7 +16,7 @@ ArenaAllocator::ArenaAllocator(void* base, size_t bytes, Device device)
 
 void* ArenaAllocator::allocate(size_t bytes, void*) {
   if (bytes == 0) return nullptr;
-  const size_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  const size_t size = footprint(bytes);
   MODMOE_CHECK(size >= bytes && size <= bytes_ - top_)
       << "ArenaAllocator: cannot allocate " << bytes << " bytes: " << top_ << " of its " << bytes_
       << " bytes are in use (" << bytes_ - top_
