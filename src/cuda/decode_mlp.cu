@@ -631,10 +631,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) decode_down_kernel(const Decod
 // ---- host side ----------------------------------------------------------------------------------
 
 // The launch shapes. gate_up: gate_up_warps(), fewer if its shared memory does not fit; its
-// grid is large and several CTAs share an SM. down: its grid has only K / 16 CTAs per token, so the warps of a CTA are what
-// keeps bytes in flight: 16 warps when the grid fits in one wave, else 8 warps two CTAs to an SM
-// (a CTA's h staging then overlaps the other's streaming, and waves are finer), else the most
-// warps that fit (a large topk * N operand takes shared memory from the rings).
+// grid is large and several CTAs share an SM. down: its grid has only K / 16 CTAs per token, so
+// the warps of a CTA are what keeps bytes in flight: the most warps (16, 8, 4; 1, 2, 4 CTAs to
+// an SM) at which the whole grid runs in one wave; else 8 warps two CTAs to an SM (a CTA's h
+// staging then overlaps the other's streaming, and waves are finer); else the most warps that
+// fit (a large topk * N operand takes shared memory from the rings). The 4-warp wave came from
+// the H200 sweep of the twenty-first session (docs/perf.md, twenty-second session): Qwen3-sized
+// layers at M = 4 (512 CTAs) took 0.91-0.98x the time of two 8-warp waves with fp8 weights.
 struct DecodeShapes {
   int gate_up_warps = 0, down_warps = 0;
   size_t gate_up_bytes = 0, down_bytes = 0;
@@ -676,8 +679,16 @@ DecodeShapes decode_shapes(int64_t M, int64_t K, int64_t N, int64_t topk, size_t
     if (s.down_warps > 0 || bytes > budget) return;
     s.down_warps = warps, s.down_bytes = bytes;
   };
-  if (M * (K / kTileRows) > limits.sms && limits.per_sm / 2 > 1024)
-    try_down(8, std::min(limits.per_block, limits.per_sm / 2 - 1024));
+  const int64_t ctas = M * (K / kTileRows);
+  auto per_sm_budget = [&](int per_sm) {  // each CTA of an SM also reserves 1 KiB
+    const size_t share = limits.per_sm / per_sm;
+    return share > 1024 ? std::min(limits.per_block, share - 1024) : 0;
+  };
+  for (int warps = kMaxWarps; warps >= 4; warps /= 2) {
+    const int per_sm = kMaxWarps / warps;
+    if (ctas <= limits.sms * per_sm) try_down(warps, per_sm_budget(per_sm));
+  }
+  try_down(8, per_sm_budget(2));
   for (int warps = kMaxWarps; warps >= 2; warps /= 2) try_down(warps, limits.per_block);
   return s;
 }

@@ -125,7 +125,13 @@ INSTANTIATE_TEST_SUITE_P(
         // gate_up's wider CTAs for 16-bit weights (gate_up_warps): K = 2880 is 45 stages over 8
         // warps (uneven shares), K = 4096 64 stages over 16 (8 on GPUs of 99 KiB per CTA).
         DecodeCase{"bf16_K2880_8_warps", bf16, none, silu, gate_up, 2, 2, 4, 4, 2880, 128},
-        DecodeCase{"fp16_K4096_16_warps", fp16, none, gelu, interleaved, 1, 2, 4, 4, 4096, 64}),
+        DecodeCase{"fp16_K4096_16_warps", fp16, none, gelu, interleaved, 1, 2, 4, 4, 4096, 64},
+        // down's grid 6 x 1024 / 16 = 384 CTAs: on 96-191 SMs (the H200's 132 among them) the
+        // 4-warp CTAs four to an SM that run it in one wave (decode_shapes).
+        DecodeCase{"bf16_down_one_wave_of_4_warps", bf16, none, silu, gate_up, 6, 2, 8, 8, 1024,
+                   128},
+        DecodeCase{"fp8_down_one_wave_of_4_warps", bf16, fp8, swiglu, up_gate, 6, 2, 8, 8, 1024,
+                   256}),
     [](const ::testing::TestParamInfo<DecodeCase>& info) { return std::string(info.param.name); });
 
 // ---- which applies take the decode path (host only but the last: run without a GPU) ----------
