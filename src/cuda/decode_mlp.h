@@ -31,7 +31,8 @@
 // streams at 70-80 % of the DRAM bandwidth, down at 63-74 % (44-48 % for fp8 while each of its
 // CTAs quantized h itself); small layers cost ~8-14 us per kernel whatever their bytes. gate_up's
 // CTAs have 4-16 warps (gate_up_warps in decode_mlp.cu: wider for 16-bit weights and long K;
-// twenty-first session).
+// twenty-first session); down's the most of 16, 8, 4 that run its grid in one wave
+// (decode_shapes; twenty-second session).
 //
 // Each weight row a CTA needs is read once per pair: a pair's expert is read again by every
 // other pair routed to it, which at <= 1 pair per expert mostly hits the L2 (those CTAs run
