@@ -655,12 +655,12 @@ int run_gpu_suite(const GpuSuiteOptions& o) {
         .num("write_bw_GBps", write_bw * 1e-9)
         .num("copy_bw_GBps", copy_bw * 1e-9)
         .add("peaks", peak.dump(2))
-        .add("launch_floor_us", JsonObject()
-                                    .num("one_kernel", launch.one_kernel_us)
-                                    .num("two_kernels", launch.two_kernels_us)
-                                    .num("one_kernel_two_allocations",
-                                         launch.one_kernel_two_allocations_us)
-                                    .dump(2))
+        .add("launch_floor_us",
+             JsonObject()
+                 .num("one_kernel", launch.one_kernel_us)
+                 .num("two_kernels", launch.two_kernels_us)
+                 .num("one_kernel_two_allocations", launch.one_kernel_two_allocations_us)
+                 .dump(2))
         .add("summary", JsonObject()
                             .num("cases", int64_t(results.size()))
                             .num("errors", int64_t(errors))

@@ -52,8 +52,8 @@ using gemm::shared_address;
 constexpr int kGroup = 128;      // fp8 scale group along a row
 constexpr int kTileRows = 16;    // output rows of a CTA: the M of one m16n8k16 MMA
 constexpr int kStageChunks = 4;  // 16-byte chunks a lane copies per stage: 2 steps x 2 rows
-constexpr int kMaxWarps = 16;  // per CTA, gate_up and down
-constexpr int kFillLoads = 8;  // down: rounds of h loads in flight while staging
+constexpr int kMaxWarps = 16;    // per CTA, gate_up and down
+constexpr int kFillLoads = 8;    // down: rounds of h loads in flight while staging
 // The shared memory of a CTA every GPU from sm_80 grants (99 KiB per block on sm_86 / sm_89):
 // a config the decode path accepts runs with at most this much (decode_mlp_config_fits); the
 // launch takes what the device gives (device_limits()), opting in above 48 KiB (launch()).
@@ -617,8 +617,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) decode_down_kernel(const Decod
   };
   uint4* ring = reinterpret_cast<uint4*>(base + warp * ring_bytes_per_warp(kDownDepth));
   const int units = static_cast<int>(topk) * n_stages;
-  stream_stages<kDownDepth>(ring, stages_of_warp(units, warp, warps), Unit{warp / n_stages, warp % n_stages},
-                source, next, use, prologue);
+  stream_stages<kDownDepth>(ring, stages_of_warp(units, warp, warps),
+                            Unit{warp / n_stages, warp % n_stages}, source, next, use, prologue);
 
   publish_partials(red, warp, acc_lo, acc_hi);
   __syncthreads();
@@ -669,8 +669,7 @@ int gate_up_warps(int64_t K, size_t weight_bytes) {
 DecodeShapes decode_shapes(int64_t M, int64_t K, int64_t N, int64_t topk, size_t weight_bytes,
                            const SharedLimits& limits) {
   DecodeShapes s;
-  for (int warps = gate_up_warps(K, weight_bytes); warps >= 4 && s.gate_up_warps == 0;
-       warps /= 2) {
+  for (int warps = gate_up_warps(K, weight_bytes); warps >= 4 && s.gate_up_warps == 0; warps /= 2) {
     const size_t bytes = gate_up_shared(K, weight_bytes, warps).bytes;
     if (bytes <= limits.per_block) s.gate_up_warps = warps, s.gate_up_bytes = bytes;
   }
