@@ -10,19 +10,5 @@
 # large shared operands) against the oracle; memcheck and racecheck over it.
 # Here first: `scripts/gpu-ab prepare HEAD`; carry .deps and .ab-base. ~5 minutes.
 set -u
-cd "$(dirname "$0")/../../.."
-scripts/gpu-ab run --patch bench/results/2026-12-02-h200-s23-patches/decode-down-per-warp-staging.patch \
-  --tests 'Cases/DecodeMlp.*:DecodeRoute*:*GraphCapture*' \
-  --bench "--shapes standard --ms 1,2,3,4 --no-baseline" --alternate > "$OUT/run.log" 2>&1
-rc=$?
-echo "gpu-ab rc=$rc"
-export PATH="$PATH:/usr/local/cuda/bin"
-if [ $rc -eq 0 ]; then
-  for tool in memcheck racecheck; do
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/modmoe_gpu_tests \
-      --gtest_brief=1 --gtest_filter='Cases/DecodeMlp.*' > "$OUT/$tool.log" 2>&1
-    echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/$tool.log" | tr '\n' ' ')"
-  done
-fi
-grep -E "^(gpu-ab: cand|\[  (PASSED|FAILED)|model|whole|[a-z0-9.-]+ +(none|fp8-block))" "$OUT/ab.txt" |
-  grep -v -E "hopper|grouped" | head -90
+cd "$(dirname "$0")"
+bash decode-patch-ab.sh bench/results/2026-12-02-h200-s23-patches/decode-down-per-warp-staging.patch
