@@ -78,10 +78,7 @@ TEST(ArenaAllocator, AForeignOrRepeatedFreeIsCountedNotFatal) {
   EXPECT_EQ(h.arena.in_use(), 0u);
 }
 
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const auto* b = static_cast<const uint8_t*>(t.data());
-  return std::vector<uint8_t>(b, b + t.nbytes());
-}
+using testing::bytes_of;
 
 // Each finalize path (the experts reducing themselves, or the finalize's contiguous reduce over
 // a fused output buffer), chunked or not, and fp8-block (the prepare's quantized rows and scales

@@ -34,10 +34,7 @@ oracle::ErrorReport check_against_oracle(const testing::Problem& p, const Tensor
   return oracle::compare(out, oracle::moe_forward(in), p.topk_ids, p.expert_map);
 }
 
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const auto* b = static_cast<const uint8_t*>(t.data());
-  return std::vector<uint8_t>(b, b + t.nbytes());
-}
+using testing::bytes_of;
 
 TEST(ModularKernel, NoOpExpertsWriteTheOutputDirectly) {
   testing::Problem p = testing::make_problem(spec_for(33, 4, 16, 128, 96));

@@ -20,6 +20,7 @@
 #include "modmoe/error.h"
 #include "modmoe/numeric.h"
 #include "modmoe/quant.h"
+#include "oracle/problem.h"
 
 namespace modmoe {
 namespace {
@@ -72,10 +73,7 @@ void poison(const Tensor& t) {
   }
 }
 
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const uint8_t* p = t.data_ptr<const uint8_t>();
-  return std::vector<uint8_t>(p, p + t.nbytes());
-}
+using testing::bytes_of;
 
 std::string case_name(QuantScheme scheme, DType dtype, const Shape& shape) {
   return std::string(quant_scheme_name(scheme)) + " " + dtype_name(dtype) + " " + shape_str(shape);
@@ -445,7 +443,7 @@ TEST(QuantRows, RowMatchesPublicFunction) {
 
 using QuantCase = std::tuple<QuantScheme, DType, int64_t>;
 
-std::string quant_case_name(const testing::TestParamInfo<QuantCase>& info) {
+std::string quant_case_name(const ::testing::TestParamInfo<QuantCase>& info) {
   std::string name = std::string(quant_scheme_name(std::get<0>(info.param))) + "_" +
                      dtype_name(std::get<1>(info.param)) + "_K" +
                      std::to_string(std::get<2>(info.param));
@@ -454,7 +452,7 @@ std::string quant_case_name(const testing::TestParamInfo<QuantCase>& info) {
   return name;
 }
 
-class ActivationQuant : public testing::TestWithParam<QuantCase> {};
+class ActivationQuant : public ::testing::TestWithParam<QuantCase> {};
 
 TEST_P(ActivationQuant, QuantizeDequantizeAgainstDefinition) {
   const auto [scheme, dtype, K] = GetParam();
@@ -499,14 +497,14 @@ TEST_P(ActivationQuant, RequantizationIsIdempotent) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllSchemes, ActivationQuant,
-    testing::Combine(testing::ValuesIn(kSchemes),
-                     testing::Values(DType::bf16, DType::fp16, DType::fp32),
-                     testing::Values<int64_t>(200, 2880)),  // both end in a partial 128-group
+    ::testing::Combine(::testing::ValuesIn(kSchemes),
+                       ::testing::Values(DType::bf16, DType::fp16, DType::fp32),
+                       ::testing::Values<int64_t>(200, 2880)),  // both end in a partial 128-group
     quant_case_name);
 
 // ---- weights: every scheme x input dtype x (N, K) ---------------------------------------
 
-class WeightQuant : public testing::TestWithParam<QuantCase> {};
+class WeightQuant : public ::testing::TestWithParam<QuantCase> {};
 
 TEST_P(WeightQuant, QuantizeDequantizeAgainstDefinition) {
   const auto [scheme, dtype, K] = GetParam();
@@ -551,9 +549,10 @@ TEST_P(WeightQuant, RequantizationIsIdempotent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSchemes, WeightQuant,
-                         testing::Combine(testing::ValuesIn(kSchemes),
-                                          testing::Values(DType::bf16, DType::fp16, DType::fp32),
-                                          testing::Values<int64_t>(200, 2880)),
+                         ::testing::Combine(::testing::ValuesIn(kSchemes),
+                                            ::testing::Values(DType::bf16, DType::fp16,
+                                                              DType::fp32),
+                                            ::testing::Values<int64_t>(200, 2880)),
                          quant_case_name);
 
 // ---- static per-tensor scale, zero-size tensors ------------------------------------------
@@ -635,7 +634,7 @@ std::string error_of(const std::function<void()>& call) {
   return "";
 }
 
-class QuantErrors : public testing::Test {
+class QuantErrors : public ::testing::Test {
  protected:
   static constexpr int64_t M = 4, K = 256, E = 2, N = 200;
   Context ctx = Context::cpu();

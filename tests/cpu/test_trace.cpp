@@ -78,10 +78,7 @@ testing::ProblemSpec spec_for(int64_t M, DType dtype, QuantScheme scheme) {
 
 ForwardArgs args_for(const testing::Problem& p) { return p.forward_args(); }
 
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const auto* b = static_cast<const uint8_t*>(t.data());
-  return std::vector<uint8_t>(b, b + t.nbytes());
-}
+using testing::bytes_of;
 
 // Every span closed, inside its parent in time, with a non-negative duration; siblings in
 // begin order do not overlap.

@@ -77,10 +77,7 @@ inline void fill_normal(const Tensor& t, uint32_t seed) {
   for (int64_t i = 0; i < t.numel(); ++i) store_float(t.data(), t.dtype(), i, dist(rng));
 }
 
-inline std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.data());
-  return std::vector<uint8_t>(p, p + t.nbytes());
-}
+using ::modmoe::testing::bytes_of;
 
 // A random valid problem, the kernel for it and forward arguments viewing the problem's tensors.
 // Tests break one field of `args` and call forward().

@@ -7,15 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "modmoe/allocator.h"
 #include "modmoe/context.h"
 #include "modmoe/cuda.h"
 #include "modmoe/error.h"
+#include "oracle/problem.h"  // bytes_of, with the problems these tests move
 
 namespace modmoe::testing {
 
@@ -58,13 +57,6 @@ class CudaSession {
   cudaStream_t stream_ = nullptr;
   Context ctx_;
 };
-
-// The bytes of a contiguous host tensor.
-inline std::vector<uint8_t> bytes_of(const Tensor& t) {
-  std::vector<uint8_t> bytes(t.nbytes());
-  if (!bytes.empty()) std::memcpy(bytes.data(), t.data(), bytes.size());
-  return bytes;
-}
 
 // The message of the modmoe::Error that `f` throws ("" when it throws none).
 template <typename F>

@@ -192,10 +192,7 @@ testing::ProblemSpec spec_for(const GraphCase& c, uint64_t seed) {
 
 double tolerance(QuantScheme scheme) { return scheme == QuantScheme::none ? 1e-2 : 3e-2; }
 
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.data());
-  return std::vector<uint8_t>(p, p + t.nbytes());
-}
+using testing::bytes_of;
 
 TEST_P(GraphCapture, WholeForwardReplaysWithNewInputs) {
   const GraphCase& c = GetParam();

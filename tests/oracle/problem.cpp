@@ -307,6 +307,13 @@ Problem make_problem(const ProblemSpec& spec) {
   return p;
 }
 
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  MODMOE_CHECK(t.defined() && t.device().is_cpu() && t.is_contiguous())
+      << "bytes_of: t must be a contiguous host tensor, got " << t.describe();
+  const auto* p = static_cast<const uint8_t*>(t.data());
+  return std::vector<uint8_t>(p, p + t.nbytes());
+}
+
 void poison(const Tensor& t) {
   MODMOE_CHECK(t.defined() && t.device().is_cpu())
       << "poison: t must be a host tensor, got " << t.describe();

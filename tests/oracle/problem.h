@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "modmoe/allocator.h"
 #include "modmoe/modular_kernel.h"
@@ -60,6 +61,10 @@ ProblemSpec simple_spec(int64_t M, int64_t topk, int64_t E, int64_t K, int64_t N
 
 // Fills a host tensor of a float, fp8 or e8m0 dtype with NaN (fp8: 0x7f, e8m0: 0xff).
 void poison(const Tensor& t);
+
+// The bytes of a contiguous host tensor: for the bitwise checks (the same output two ways, an
+// output a rejected call left untouched).
+std::vector<uint8_t> bytes_of(const Tensor& t);
 
 // The last two dims of a contiguous fp32 host tensor swapped (2-D or 3-D): K-major fp8 block
 // scales, a_scale (rows, K/128) and b_scale (E, nb, kb), turned into the MN-major layouts.
