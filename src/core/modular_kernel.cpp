@@ -10,6 +10,11 @@ namespace modmoe {
 
 namespace {
 
+// Where workspace2 starts inside the one workspace allocation: a multiple of the largest
+// alignment an allocator here gives (cudaMallocAsync and ArenaAllocator 256, the host 64), so
+// each workspace starts as aligned as when it was an allocation of its own.
+constexpr size_t kWorkspaceAlignment = 256;
+
 bool same_layer(const MoEConfig& a, const MoEConfig& b) {
   return a.num_experts == b.num_experts && a.num_local_experts == b.num_local_experts &&
          a.hidden_size == b.hidden_size && a.intermediate_size == b.intermediate_size &&
@@ -157,8 +162,21 @@ void ModularKernel::forward(const Context& ctx, const ForwardArgs& args) const {
   const WorkspaceShapes ws = experts_->workspace_shapes(chunk, N, K, topk, E, E_local, meta);
   const WorkspaceShapes full = experts_->workspace_shapes(tokens, N, K, topk, E, E_local, meta);
   Allocator* alloc = ctx.alloc();
-  OwnedTensor ws13(alloc, ws.workspace_dtype, ws.workspace13, ctx.stream);
-  OwnedTensor ws2(alloc, ws.workspace_dtype, ws.workspace2, ctx.stream);
+  // Both workspaces in one allocation: inside a captured forward each allocation becomes an
+  // allocation node and a free node, ~0.2-0.3 us each per replay on the H200 (docs/perf.md,
+  // twenty-second session) — a few percent of a decode layer.
+  const size_t ws_item = dtype_size(ws.workspace_dtype);
+  const size_t ws13_bytes = static_cast<size_t>(shape_numel(ws.workspace13)) * ws_item;
+  const size_t ws2_bytes = static_cast<size_t>(shape_numel(ws.workspace2)) * ws_item;
+  const size_t ws2_offset = (ws13_bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment *
+                            kWorkspaceAlignment;
+  const OwnedTensor workspaces(alloc, DType::uint8,
+                               {static_cast<int64_t>(ws2_bytes > 0 ? ws2_offset + ws2_bytes
+                                                                   : ws13_bytes)},
+                               ctx.stream);
+  char* const ws_base = static_cast<char*>(workspaces.tensor().data());
+  void* const ws13_data = ws13_bytes > 0 ? ws_base : nullptr;
+  void* const ws2_data = ws2_bytes > 0 ? ws_base + ws2_offset : nullptr;
 
   // The fused output: written straight into `output` when the experts reduce themselves into
   // an (M, K) tensor of the output dtype; into workspace13 when the experts allow it and it fits;
@@ -171,8 +189,8 @@ void ModularKernel::forward(const Context& ctx, const ForwardArgs& args) const {
       full.output == Shape{M, K} && full.output_dtype == c.in_dtype) {
     fused_out = args.output;
   } else if (experts_->workspace13_reusable_for_output() && chunk == tokens &&
-             fused_bytes <= ws13.tensor().nbytes()) {
-    fused_out = Tensor(ws13.tensor().data(), full.output_dtype, full.output, ctx.device);
+             fused_bytes <= ws13_bytes) {
+    fused_out = Tensor(ws13_data, full.output_dtype, full.output, ctx.device);
   } else {
     fused_out_storage = OwnedTensor(alloc, full.output_dtype, full.output, ctx.stream);
     fused_out = fused_out_storage.tensor();
@@ -193,8 +211,8 @@ void ModularKernel::forward(const Context& ctx, const ForwardArgs& args) const {
     a.topk_ids = standard ? prep.topk_ids.slice(start, end) : prep.topk_ids;
     a.global_num_experts = E;
     a.expert_map = args.expert_map;
-    a.workspace13 = Tensor(ws13.tensor().data(), cws.workspace_dtype, cws.workspace13, ctx.device);
-    a.workspace2 = Tensor(ws2.tensor().data(), cws.workspace_dtype, cws.workspace2, ctx.device);
+    a.workspace13 = Tensor(ws13_data, cws.workspace_dtype, cws.workspace13, ctx.device);
+    a.workspace2 = Tensor(ws2_data, cws.workspace_dtype, cws.workspace2, ctx.device);
     a.expert_tokens_meta = meta;
     a.apply_router_weight_on_input = args.apply_router_weight_on_input;
     TraceRange range(ctx, "apply");
