@@ -1,6 +1,6 @@
 // ArenaAllocator: an Allocator over one buffer the caller owns, for forwards that must not
 // allocate — a CUDA graph captured without memory nodes (with the default cudaMallocAsync pool
-// every captured forward adds an allocation and a free node per workspace), or a fixed memory
+// every captured forward adds an allocation and a free node for its workspaces), or a fixed memory
 // budget. Pass it as Context::allocator.
 #pragma once
 
