@@ -50,8 +50,8 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(n));
 }
 
-// Streams `bytes` (a multiple of 32 warps' stage bytes... any multiple of kStageBytes) from src
-// through this warp's ring of kDepth stages; this warp takes stages w, w + kWarps, ...
+// Streams `stages` stages of kStageBytes from src through the warps' rings of kDepth stages
+// (warp w takes stages w, w + kWarps, ...), folding every chunk it reads into `acc`.
 template <int kDepth>
 __device__ uint32_t stream(const uint4* src, int64_t stages, uint4* ring, uint32_t acc) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
