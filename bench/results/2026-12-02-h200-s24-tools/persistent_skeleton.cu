@@ -1,7 +1,8 @@
 // persistent_skeleton.cu: the byte stream of a persistent decode layer, without its math, to put
 // a measured number under docs/perf.md's twenty-fourth-session estimate ("What is left at M = 1").
 //
-// Layer: Qwen3-30B-A3B bf16 at M = 1 — 8 routed experts, w13 = 8 x 1536 x 2048 x 2 B = 50.3 MB,
+// Layer (by default; other sizes from the command line, see main): Qwen3-30B-A3B bf16 at M = 1 —
+// 8 routed experts, w13 = 8 x 1536 x 2048 x 2 B = 50.3 MB,
 // w2 = 8 x 2048 x 768 x 2 B = 25.2 MB. One CTA per SM (132), 16 warps, one kernel:
 //   phase 0  the CTA asks for `hold` bytes of its w2 share into shared memory (TMA bulk copies,
 //            one mbarrier), to be read only after the barrier (what an on-chip `down` would do);
@@ -22,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #define CHECK(x)                                                                            \
@@ -252,10 +254,14 @@ float run_skeleton(Timer& timer, Params p, int sms, bool cooperative, const char
   return us;
 }
 
-int main() {
+// persistent_skeleton [W13_BYTES W2_BYTES]: the routed experts' w13 and w2 bytes of another
+// layer at M = 1 (default Qwen3-30B-A3B bf16's), e.g. gpt-oss-120b fp8: 4 x 5760 x 2880 and
+// 4 x 2880 x 2880.
+int main(int argc, char** argv) {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int64_t w13_bytes = 8ll * 1536 * 2048 * 2, w2_bytes = 8ll * 2048 * 768 * 2;
+  int64_t w13_bytes = 8ll * 1536 * 2048 * 2, w2_bytes = 8ll * 2048 * 768 * 2;
+  if (argc == 3) w13_bytes = std::atoll(argv[1]), w2_bytes = std::atoll(argv[2]);
   // Per-CTA shares in whole warp stages (the few bytes over the layer's round up).
   const int64_t w13_stages = (w13_bytes / kStageBytes + sms - 1) / sms;
   const int64_t w2_stages = (w2_bytes / kStageBytes + sms - 1) / sms;
@@ -336,7 +342,8 @@ int main() {
   run_skeleton<4>(timer, p, sms, coop, "barrier, all w2 after it");
   p.hold_bytes = half;
   run_skeleton<2>(timer, p, sms, coop, "barrier, half of w2 held on chip from the start");
-  run_skeleton<3>(timer, p, sms, coop, "barrier, half of w2 held on chip from the start");
+  if (size_t(kWarps) * 3 * kStageBytes + p.hold_bytes <= 227 * 1024)
+    run_skeleton<3>(timer, p, sms, coop, "barrier, half of w2 held on chip from the start");
   p.hold_bytes = w2_stages * kStageBytes;
   if (size_t(kWarps) * 1 * kStageBytes + p.hold_bytes <= 227 * 1024) {
     // The whole share on chip leaves room for a ring of... depth 1 is no ring; depth 2 if it fits.
