@@ -17,7 +17,8 @@
 // the line says which), timed like modmoe-bench: the L2 flushed (256 MB read) before each of 30
 // replays, median of event times. Beside it, in the same run: the read-only kernel over the same
 // 75.5 MB (modmoe-bench's stream_read: 1056 x 256 threads, 4 loads in flight per thread) and over
-// the w13 bytes alone. Not a library part; built and run by run125-persistent-skeleton.sh.
+// the w13 bytes alone. Not a library part; built and run by run125-persistent-skeleton.sh and
+// run126-persistent-skeleton-gpt-oss.sh (docs/perf.md, twenty-fourth session, section 4).
 #include <cuda_runtime.h>
 
 #include <algorithm>
