@@ -63,17 +63,10 @@ HostData random_tensor(DType dtype, const Shape& shape, uint32_t seed) {
   return d;
 }
 
-// Fills a tensor with NaN (NaN codes for fp8 and e8m0) so that unwritten elements show.
-void poison(const Tensor& t) {
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (t.dtype() == DType::fp8_e4m3 || t.dtype() == DType::e8m0)
-      t.data_ptr<uint8_t>()[i] = 0xff;
-    else
-      store_float(t.data(), t.dtype(), i, NAN);
-  }
-}
-
+// NaN poison (NaN codes for fp8 and e8m0) so that unwritten elements show, and the bytes of a
+// tensor: the oracle's helpers.
 using testing::bytes_of;
+using testing::poison;
 
 std::string case_name(QuantScheme scheme, DType dtype, const Shape& shape) {
   return std::string(quant_scheme_name(scheme)) + " " + dtype_name(dtype) + " " + shape_str(shape);
