@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -20,6 +19,7 @@
 #include "modmoe/error.h"
 #include "modmoe/numeric.h"
 #include "modmoe/quant.h"
+#include "error_message.h"
 #include "oracle/problem.h"
 
 namespace modmoe {
@@ -617,15 +617,7 @@ TEST(QuantZeroSize, WeightsWithNoExpertsOrRows) {
 
 // ---- bad inputs --------------------------------------------------------------------------
 
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected modmoe::Error, nothing was thrown";
-  return "";
-}
+using testing::error_of;
 
 class QuantErrors : public ::testing::Test {
  protected:

@@ -13,6 +13,7 @@
 #include "modmoe/allocator.h"
 #include "modmoe/context.h"
 #include "modmoe/cuda.h"
+#include "error_message.h"  // error_of, which these tests use with a session
 #include "modmoe/error.h"
 #include "oracle/problem.h"  // bytes_of, with the problems these tests move
 
@@ -57,16 +58,5 @@ class CudaSession {
   cudaStream_t stream_ = nullptr;
   Context ctx_;
 };
-
-// The message of the modmoe::Error that `f` throws ("" when it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace modmoe::testing
