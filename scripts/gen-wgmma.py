@@ -7,8 +7,9 @@ Run it again after changing SHAPES:  python3 scripts/gen-wgmma.py
 """
 import os
 
-# (function suffix, PTX type of A/B, K per instruction, N values)
-SHAPES = [("bf16", "bf16", 16, [16, 32, 64, 128, 256]), ("e4m3", "e4m3", 32, [16, 32, 64, 128])]
+# (function suffix, PTX type of A/B, K per instruction, N values); bf16 N = 144 is the swapped
+# 144x256 tile's token side (consume_swapped).
+SHAPES = [("bf16", "bf16", 16, [16, 32, 64, 128, 144, 256]), ("e4m3", "e4m3", 32, [16, 32, 64, 128])]
 
 
 def wrapper(suffix, ptx_type, k, n):

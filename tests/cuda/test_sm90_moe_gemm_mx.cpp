@@ -178,9 +178,10 @@ TEST_P(Sm90MoeGemmMx, EveryTileAndSchedulerMatchesTheCpu) {
       o.scheduler = s;
       OwnedTensor got;
       const std::string refused = testing::error_of([&] { got = run_sm90(gpu, dev, out, o); });
-      if (!refused.empty()) {  // the 256-wide tiles; never the heuristic's pick
+      if (!refused.empty()) {  // the 256-wide tiles and the bf16 one; never the heuristic's pick
         EXPECT_FALSE(tile.empty()) << refused;
-        EXPECT_TRUE(tile == "128x256" || tile == "64x256") << tile << ": " << refused;
+        EXPECT_TRUE(tile == "128x256" || tile == "64x256" || tile == "144x256")
+            << tile << ": " << refused;
         EXPECT_THAT(refused, ::testing::HasSubstr(tile));
         continue;
       }

@@ -76,17 +76,65 @@ TEST(Sm90TileRules, PrefillPicks128x256ForFp8AndPlainBf16) {
 }
 
 // Few long plain bf16 tiles: Mixtral-8x7B M = 1024's GEMM2 (2048 rows over 8 experts, 256 +- 15
-// each, N = 4096) is ~2.2 waves of 128x256 tiles by the mean and ~2.4 in fact; 64x256 fills its
-// waves better. fp8 keeps 128x256, with its gated GEMM1; bf16's GEMM1 is on 64x256 by the gated
-// rule (PrefillPicks128x256ForFp8AndPlainBf16).
-TEST(Sm90TileRules, FewLongBf16TilesPick64x256ForTheLastWave) {
+// each, N = 4096, K = 14336) is ~2.2 waves of 128x256 tiles by the mean and ~2.4 in fact; by the
+// waves x tile-rows model 64x256 fills its waves better (5 x 64 against 3 x 128), and the swapped
+// 144x256 best (2 x 144: two tiles cover an expert of up to 288 rows). With a short K (< 4096)
+// the swapped tile is not taken (its scattered stores weigh more there), so 64x256. fp8 keeps
+// 128x256, with its gated GEMM1; bf16's GEMM1 is on 64x256 by the gated rule
+// (PrefillPicks128x256ForFp8AndPlainBf16), never swapped.
+TEST(Sm90TileRules, FewLongBf16TilesPickTheTileThatFillsTheLastWave) {
   MODMOE_REQUIRE_SM90_KERNELS();
-  EXPECT_EQ(sm90::choose_tile(2048, 4096, 14336, 8, false, DType::bf16, false, kSms), "64x256");
+  EXPECT_EQ(sm90::choose_tile(2048, 4096, 14336, 8, false, DType::bf16, false, kSms), "144x256");
+  EXPECT_EQ(sm90::choose_tile(2048, 4096, 2048, 8, false, DType::bf16, false, kSms), "64x256");
+  EXPECT_EQ(sm90::choose_tile(2048, 14336, 4096, 8, true, DType::bf16, false, kSms), "64x256");
   EXPECT_EQ(sm90::choose_tile(2048, 4096, 14336, 8, false, DType::fp8_e4m3, false, kSms),
             "128x256");
   EXPECT_EQ(sm90::choose_tile(2048, 14336, 4096, 8, true, DType::fp8_e4m3, false, kSms), "128x256");
   // Mixtral M = 8192's GEMM2: ~16 waves, the last one matters little.
   EXPECT_EQ(sm90::choose_tile(16384, 4096, 14336, 8, false, DType::bf16, false, kSms), "128x256");
+}
+
+// The swapped 144x256 tile runs plain bf16 GEMMs with a 16-bit or fp32 out only: where the
+// heuristic picks it for a call with the folded reduce, the call resolves to the heuristic's
+// pick among the other tiles; asked for by name, a gated or fp8 call is refused, saying why.
+TEST(Sm90TileRules, SwappedTileRunsPlainBf16GemmsOnly) {
+  MODMOE_REQUIRE_SM90_KERNELS();
+  sm90::GemmArgs g = fp8_gated(256, GatedLayout::GateUp);  // Mixtral M = 1024's GEMM2 below
+  g.ab_dtype = DType::bf16;
+  g.a_scale = g.b_scale = nullptr;
+  g.gated = false;
+  g.E = 8;
+  g.K = 14336;
+  g.N_b = 4096;
+  g.total_rows = 2048;
+  g.d_dtype = DType::bf16;
+  EXPECT_EQ(sm90::resolve_tile(g), "144x256");
+  EXPECT_EQ(sm90::can_implement(g), "");
+  EXPECT_TRUE(sm90::tile_runs("144x256", DType::bf16, false));
+  EXPECT_FALSE(sm90::tile_runs("144x256", DType::bf16, true));
+  EXPECT_FALSE(sm90::tile_runs("144x256", DType::fp8_e4m3, false));
+  EXPECT_TRUE(sm90::tile_runs("64x256", DType::fp8_e4m3, true));
+  EXPECT_FALSE(sm90::tile_runs("no such tile", DType::bf16, false));
+
+  sm90::GemmArgs fold = g;
+  fold.d_dtype = DType::fp32;
+  fold.row_pair = fake<const int32_t>(0xa0000);
+  fold.topk = 2;
+  EXPECT_EQ(sm90::resolve_tile(fold), "64x256");
+  EXPECT_EQ(sm90::can_implement(fold), "");
+  fold.tile = "144x256";
+  EXPECT_THAT(sm90::can_implement(fold),
+              ::testing::AllOf(::testing::HasSubstr("swapped operands"),
+                               ::testing::HasSubstr("no folded top-k reduce")));
+
+  sm90::GemmArgs gated = g;
+  gated.gated = true;
+  gated.tile = "144x256";
+  EXPECT_THAT(sm90::can_implement(gated), ::testing::HasSubstr("plain GEMMs only"));
+  sm90::GemmArgs fp8 = fp8_gated(256, GatedLayout::GateUp);
+  fp8.gated = false;
+  fp8.tile = "144x256";
+  EXPECT_THAT(sm90::can_implement(fp8), ::testing::HasSubstr("is not built for fp8_e4m3"));
 }
 
 // Sets (value) or unsets (nullptr) an environment variable for one scope, then restores what
@@ -285,6 +333,7 @@ TEST(Sm90TileRules, Fp8BlockGptOssShapesResolveToATileWhoseScalePartsFitOneBlock
   g2.d_dtype = DType::fp32;
   EXPECT_EQ(sm90::resolve_tile(g2), "128x256");
   for (const std::string& tile : sm90::tile_names()) {
+    if (!sm90::tile_runs(tile, DType::fp8_e4m3, false)) continue;
     g2.tile = tile;
     EXPECT_EQ(sm90::can_implement(g2), "") << "plain fp8 N_b = K = 2880, tile " << tile;
   }

@@ -24,7 +24,9 @@ namespace {
 // M, 64x256 ping-pong) promote one half of their accumulators at a time and take no MX scales.
 // With block scales a tile must also keep each accumulator half inside one 128-row
 // weight-scale block (fp8_block_misfit). The consumer shapes follow from bm and bn
-// (consumer_holds_whole_rows, sm90_gemm_kernel.cuh).
+// (consumer_holds_whole_rows, sm90_gemm_kernel.cuh). The last, 144x256, swaps the operands
+// (is_swapped_tile): bf16 plain GEMMs only (swapped_misfit), and only the heuristic's own pick or
+// a caller's: no other tile steps down to it (resolve_tile).
 struct TileEntry {
   const char* name;
   int bm, bn;
@@ -33,7 +35,7 @@ struct TileEntry {
 constexpr TileEntry kTiles[] = {
     {"128x256", 128, 256, true, true}, {"128x128", 128, 128, true, true},
     {"64x256", 64, 256, true, true},   {"64x128", 64, 128, true, true},
-    {"64x64", 64, 64, true, true},
+    {"64x64", 64, 64, true, true},     {"144x256", 144, 256, true, false},
 };
 
 const TileEntry* find_tile(const std::string& name) {
@@ -215,6 +217,7 @@ void dispatch(const TileEntry& tile, bool fp8, bool split_scales, const Maps& ma
     if (name == "64x256") return launch_config<64, 256, false>(maps, params, grid, stream);
     if (name == "64x128") return launch_config<64, 128, false>(maps, params, grid, stream);
     if (name == "64x64") return launch_config<64, 64, false>(maps, params, grid, stream);
+    if (name == "144x256") return launch_config<144, 256, false>(maps, params, grid, stream);
   }
   MODMOE_FAIL() << "moe_gemm (sm90): no kernel for tile " << name;
 }
@@ -284,9 +287,24 @@ bool splits_scales(const GemmArgs& g, const TileEntry& t) {
          (g.gated_layout == GatedLayout::Interleaved || (g.N_b / 2) % 128 != 0);
 }
 
-bool tile_takes(const GemmArgs& g, const TileEntry& t) {
-  return !is_wide_fp8_mx_tile(g, t) && fp8_block_misfit(g, t).empty();
+// Why the swapped tile `t` cannot run this call ("" when it can, or t is not swapped): its
+// consumer (consume_swapped) has no gated epilogue, fp8 out or folded reduce. (Its dtype, bf16,
+// is the tile entry's.)
+std::string swapped_misfit(const GemmArgs& g, const TileEntry& t) {
+  if (!is_swapped_tile(t.bm)) return "";
+  if (g.gated) return "it runs plain GEMMs only, got a gated one";
+  if (g.d_dtype == DType::fp8_e4m3) return "it writes no fp8 out";
+  if (g.row_pair != nullptr) return "it has no folded top-k reduce";
+  return "";
 }
+
+bool tile_takes(const GemmArgs& g, const TileEntry& t) {
+  return !is_wide_fp8_mx_tile(g, t) && fp8_block_misfit(g, t).empty() &&
+         swapped_misfit(g, t).empty() && (g.ab_dtype == DType::fp8_e4m3 ? t.fp8 : t.bf16);
+}
+
+std::string choose_tile_among(int64_t total_rows, int64_t N_out, int64_t K, int64_t E, bool gated,
+                              DType dtype, bool fp8_out, int sm_count, bool may_swap);
 
 // A developer's override of the heuristic, read at each call: the tile gated (plain) GEMMs
 // without args.tile start from, instead of choose_tile's. For tile studies on one binary
@@ -309,17 +327,24 @@ std::string resolve_tile(const GemmArgs& g) {
   if (!g.tile.empty()) return g.tile;
   const bool fp8_out = g.d_dtype == DType::fp8_e4m3;
   std::string tile = tile_override(g);
-  if (tile.empty())
-    tile = choose_tile(g.total_rows, g.n_out(), g.K, g.E, g.gated, g.ab_dtype, fp8_out,
-                       g.sm_count > 0 ? g.sm_count : device_sm_count());
+  if (tile.empty()) {
+    const int sm_count = g.sm_count > 0 ? g.sm_count : device_sm_count();
+    tile = choose_tile(g.total_rows, g.n_out(), g.K, g.E, g.gated, g.ab_dtype, fp8_out, sm_count);
+    // The swapped tile where it cannot run this call (a folded reduce): the heuristic's pick
+    // among the others.
+    if (is_swapped_tile(find_tile(tile)->bm) && !tile_takes(g, *find_tile(tile)))
+      tile = choose_tile_among(g.total_rows, g.n_out(), g.K, g.E, g.gated, g.ab_dtype, fp8_out,
+                               sm_count, /*may_swap=*/false);
+  }
   // Step down, in kTiles order, to the first tile that takes the call (an fp8 out keeps a
-  // 256-wide tile: one quantization group per tile row). None: the last one tried, the least
+  // 256-wide tile: one quantization group per tile row; none steps down to the swapped tile,
+  // which takes fewer calls than those before it). None: the last one tried, the least
   // demanding, whose refusal by can_implement then states the weakest requirement.
   bool after = false;
   const char* last = nullptr;
   for (const TileEntry& t : kTiles) {
     after = after || tile == t.name;
-    if (!after || (fp8_out && t.bn != 256)) continue;
+    if (!after || (fp8_out && t.bn != 256) || (is_swapped_tile(t.bm) && tile != t.name)) continue;
     if (tile_takes(g, t)) return t.name;
     last = t.name;
   }
@@ -334,6 +359,12 @@ std::vector<std::string> tile_names() {
 #else
   return {};
 #endif
+}
+
+bool tile_runs(const std::string& name, DType ab_dtype, bool gated) {
+  const TileEntry* t = find_tile(name);
+  return t != nullptr && (ab_dtype == DType::fp8_e4m3 ? t->fp8 : t->bf16) &&
+         !(gated && is_swapped_tile(t->bm));
 }
 
 bool available(int device) {
@@ -351,7 +382,15 @@ bool available(int device) {
 
 std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E, bool gated,
                         DType dtype, bool fp8_out, int sm_count) {
-  (void)K;  // one rule for bf16 and fp8 (fp8 has a 128x256 tile too), but for bf16's below
+  return choose_tile_among(total_rows, N_out, K, E, gated, dtype, fp8_out, sm_count,
+                           /*may_swap=*/true);
+}
+
+namespace {
+
+std::string choose_tile_among(int64_t total_rows, int64_t N_out, int64_t K, int64_t E, bool gated,
+                              DType dtype, bool fp8_out, int sm_count, bool may_swap) {
+  // One rule for bf16 and fp8 (fp8 has a 128x256 tile too), but for bf16's few waves below.
   const int64_t N_b = gated ? 2 * N_out : N_out;
   // Rows a busy expert is expected to own (the counts are on the device).
   const int64_t busy = std::max<int64_t>(1, std::min(E, total_rows));
@@ -394,10 +433,24 @@ std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E,
       return static_cast<double>(busy) * blocks * static_cast<double>(ceil_div(N_b, bn));
     };
     const auto waves = [&](int bm, int bn) { return std::ceil(expected_tiles(bm, bn) / sm_count); };
-    if (waves(128, 256) <= 4 && waves(64, 256) * 64 < waves(128, 256) * 128) return "64x256";
+    if (waves(128, 256) <= 4) {
+      // The swapped 144x256 tile (consume_swapped) in the same model, where its main loop is
+      // long enough (K >= 4096: 64 K blocks) for its scattered 2-byte stores not to matter: it
+      // covers an expert of up to 144 (288) rows with one (two) tiles where 64-row tiles take
+      // three (five). Mixtral M = 1024's GEMM2 (~256 rows per expert, K = 14336): 2 waves x 144
+      // against 5 x 64 and 3 x 128, and 361-373 us against 416 (64x256) and 452-478 (128x256)
+      // measured (H200, docs/perf.md eighteenth session §7); where experts are many and K short
+      // it lost 12-70 % there, calls this rule does not reach (more than 4 waves, or K < 4096).
+      const double cost_64 = waves(64, 256) * 64, cost_128 = waves(128, 256) * 128;
+      if (may_swap && K >= 4096 && waves(144, 256) * 144 < std::min(cost_64, cost_128))
+        return "144x256";
+      if (cost_64 < cost_128) return "64x256";
+    }
   }
   return "128x256";
 }
+
+}  // namespace
 
 std::string can_implement(const GemmArgs& g) {
   std::ostringstream why;
@@ -427,6 +480,8 @@ std::string can_implement(const GemmArgs& g) {
                           4 !=
                       0)) {
     why << "MX-FP8 scales must be 4-byte aligned";
+  } else if (const std::string misfit = swapped_misfit(g, *tile); !misfit.empty()) {
+    why << "tile " << name << " (swapped operands) cannot run this call: " << misfit;
   } else if (is_wide_fp8_mx_tile(g, *tile)) {
     why << "tile " << name << " takes no MX-FP8 scales (its consumers of 64 rows x 256 columns "
         << "have no registers for MX's per-step product buffer and scale words)";

@@ -93,12 +93,17 @@ struct GemmArgs {
 
 // "BMxBN" names of the compiled tiles.
 std::vector<std::string> tile_names();
+// Whether tile `name` is built for `ab_dtype` and runs gated (else plain) GEMMs: every tile but
+// 144x256, the bf16 swapped-operands tile, which runs plain bf16 GEMMs only. (A tile that runs
+// them may still refuse a call: fp8 block-scale or MX fits, an fp8 out, a folded reduce.)
+bool tile_runs(const std::string& name, DType ab_dtype, bool gated);
 
 // The heuristic: a pure function of the sizes (m_indptr is never read).
 std::string choose_tile(int64_t total_rows, int64_t N_out, int64_t K, int64_t E, bool gated,
                         DType dtype, bool fp8_out, int sm_count);
 
-// The tile launch() runs: args.tile when given, else choose_tile()'s pick, stepped down (in
+// The tile launch() runs: args.tile when given, else choose_tile()'s pick (its pick among the
+// other tiles when that is 144x256 and the call has a folded reduce), stepped down (in
 // the order 128x256, 128x128, 64x256, 64x128, 64x64; an fp8 out keeps a 256-wide tile) to the
 // first tile that takes the call: not the 256-wide tiles (128x256, 64x256) for MX-FP8, and for
 // fp8 block scales a tile whose weight-scale parts (B rows that share one scale in the kernel)

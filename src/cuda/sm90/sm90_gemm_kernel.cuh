@@ -7,6 +7,8 @@
 //                columns gives each 64 rows x BN/2 columns ("split N"). The 64x256 tile is
 //                "ping-pong": each consumer takes every other tile of the CTA whole, so one
 //                consumer's epilogue runs while the other consumes the next tile's stages.
+//                The bf16 144x256 tile swaps the operands (consume_swapped): each consumer
+//                takes 128 weight rows as the wgmma's M side against the tile's 144 rows of a.
 // Shared memory: kStages x [A tile BM x 128 B | B tile BN x 128 B] (128-byte swizzle, as TMA
 // writes it and wgmma reads it), on 128-row tiles the TMA-store staging (2 KB per consumer warp:
 // store_tile_tma), then the barriers and the work-tile ring (Control). A gated B
@@ -106,6 +108,10 @@ constexpr int kControlBytes = 2048 + 4 * kIndptrCache + 28;
 // 128-row tiles split M, 64x256 is ping-pong, the other 64-row tiles split N. In the first two a
 // consumer holds whole rows of its tile (all BN columns).
 constexpr bool is_ping_pong_tile(int bm, int bn) { return bm == 64 && bn == 256; }
+// A tile whose row count is not a multiple of 64 swaps the operands (consume_swapped): its BN
+// weight rows are the wgmma's M side and its BM rows of a the N side (144x256: a BM of any
+// multiple of 8 up to 256 fits one wgmma).
+constexpr bool is_swapped_tile(int bm) { return bm % 64 != 0; }
 constexpr bool consumer_holds_whole_rows(int bm, int bn) {
   return bm == 128 || is_ping_pong_tile(bm, bn);
 }
@@ -140,7 +146,9 @@ struct TileConfig {
   static constexpr int kStages = kStagesFit < 8 ? kStagesFit : 8;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kSmemBytes = kStages * kStageBytes + kStoreBytes + kControlBytes + 1024;
-  static_assert(kSplitM || BM == 64, "64- or 128-row tiles");
+  static constexpr bool kSwapped = is_swapped_tile(BM);
+  static_assert(kSplitM || BM == 64 || (kSwapped && BM == 144 && BN == 256 && !kFp8),
+                "64- or 128-row tiles, or the bf16 144x256 swapped tile");
   static_assert(kGroups <= 32, "one bit per column group in a 32-bit mask");
   static_assert(!kSplitScales || (kFp8 && kWholeRows && BN == 256),
                 "split weight scales are for the 128-row halves of the fp8 256-wide tiles");
@@ -1150,6 +1158,96 @@ __device__ void consume(const KernelParams& p, const CUtensorMap* map_d, uint8_t
   }
 }
 
+// ---- swapped operands (few experts, long K) -----------------------------------------------------
+//
+// The 144x256 tile computes D^T = B A^T: the tile's 256 weight rows are the wgmma's M side
+// (consumer wg takes rows [128 wg, 128 wg + 128) as two 64-row halves) and its 144 rows of a the
+// N side, so one tile covers an expert of up to 144 rows where 64-row tiles take three (the
+// heuristic's waves x tile-rows model, choose_tile). Plain bf16 GEMMs with a 16-bit or fp32 out
+// and no folded reduce (can_implement). The main loop is bf16_main_loop's: the wgmmas accumulate
+// in place, one K block in flight while the next is issued. Thread t's accumulator d[4 j + q] of
+// half h is D^T[m, n] with m = 16 (t / 32) + (t % 32) / 4 + 8 (q / 2) (an out column of the
+// half) and n = 8 j + 2 (t % 4) + q % 2 (a row of the tile): the epilogue's stores are 2-4 bytes,
+// scattered, a small cost against a main loop of K >= 4096 (the only calls the heuristic gives
+// this tile).
+template <class C>
+__device__ void consume_swapped(const KernelParams& p, uint8_t* tiles, Control& ctl, int wg) {
+  static_assert(!C::kFp8, "the swapped tile is bf16 only");
+  constexpr int kN = C::BM;         // rows of a per tile: the wgmma's N
+  constexpr int kHalfAcc = kN / 2;  // accumulators per thread and half
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  const uint32_t a_field = sw128_start_field(tiles);
+  const uint32_t w_field[2] = {sw128_start_field(tiles + C::kABytes + wg * 128 * 128),
+                               sw128_start_field(tiles + C::kABytes + (wg * 128 + 64) * 128)};
+  int stage = 0, slot = 0;
+  uint32_t phase = 0, slot_phase = 0;
+  float acc[2][kHalfAcc];
+  while (true) {
+    // The work slot as consume() reads it: lane 0 reads, the warp gets it by shuffles.
+    WorkTile t{};
+    if (lane == 0) {
+      mbar_wait(&ctl.work_full[slot], slot_phase);
+      t = ctl.work[slot];
+      mbar_arrive(&ctl.work_empty[slot]);
+    }
+    t.expert = __shfl_sync(0xffffffffu, t.expert, 0);
+    t.row_begin = __shfl_sync(0xffffffffu, t.row_begin, 0);
+    t.row_end = __shfl_sync(0xffffffffu, t.row_end, 0);
+    t.n_block = __shfl_sync(0xffffffffu, t.n_block, 0);
+    if (++slot == kWorkSlots) slot = 0, slot_phase ^= 1;
+    if (t.expert < 0) return;
+
+    int previous_stage = -1;
+    for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+      const int current = stage;
+      mbar_wait(&ctl.full[stage], phase);
+      const uint32_t at = stage_field_offset<C>(stage);
+      wgmma_fence();
+#pragma unroll
+      for (int s = 0; s < C::kBK / C::kKStep; ++s) {
+        const uint64_t a_desc = kmajor_sw128_desc_at(a_field + at + 2 * s);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          Wgmma<kN, false>::run(acc[h], kmajor_sw128_desc_at(w_field[h] + at + 2 * s), a_desc,
+                                kb > 0 || s > 0);
+      }
+      wgmma_commit();
+      if (++stage == C::kStages) stage = 0, phase ^= 1;
+      wgmma_wait<1>();
+      fence_accumulators(acc[0]);
+      fence_accumulators(acc[1]);
+      if (previous_stage >= 0) release_stage(ctl, previous_stage);
+      previous_stage = current;
+    }
+    wgmma_wait<0>();
+    fence_accumulators(acc[0]);
+    fence_accumulators(acc[1]);
+    if (previous_stage >= 0) release_stage(ctl, previous_stage);
+
+    // D[row, col] = D^T[m, n]. One call per half (a loop over the halves was not unrolled at
+    // kN = 144 and acc went to local memory: eighteenth session's study).
+    const auto store_half = [&](const float(&v)[kHalfAcc], int h) {
+#pragma unroll
+      for (int i = 0; i < kHalfAcc; ++i) {
+        const int32_t row = t.row_begin + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+        const int32_t col =
+            t.n_block * C::BN + wg * 128 + h * 64 + warp * 16 + lane / 4 + 8 * ((i % 4) / 2);
+        if (row >= t.row_end || col >= p.N_out) continue;
+        const int64_t at_d = static_cast<int64_t>(row) * p.ldd + col;
+        if (p.out_kind == kOutBf16) {
+          static_cast<__nv_bfloat16*>(p.d)[at_d] = __float2bfloat16_rn(v[i]);
+        } else if (p.out_kind == kOutFp16) {
+          static_cast<__half*>(p.d)[at_d] = __float2half_rn(v[i]);
+        } else {
+          static_cast<float*>(p.d)[at_d] = v[i];
+        }
+      }
+    };
+    store_half(acc[0], 0);
+    store_half(acc[1], 1);
+  }
+}
+
 #endif  // sm_90a
 
 template <class C>
@@ -1188,7 +1286,11 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     }
   } else {
     setmaxnreg_increase<232>();
-    consume<C>(p, &map_d, tiles, ctl, warp / 4 - 1);
+    if constexpr (C::kSwapped) {
+      consume_swapped<C>(p, tiles, ctl, warp / 4 - 1);
+    } else {
+      consume<C>(p, &map_d, tiles, ctl, warp / 4 - 1);
+    }
   }
 #endif
 }
