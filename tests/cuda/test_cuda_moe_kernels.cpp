@@ -309,9 +309,8 @@ const ReduceCase kReduceCases[] = {
     {64, 2, 64, 24, 72, DType::fp32, DType::fp16, false, false},
     {33, 4, 16, 5, 37, DType::fp16, DType::fp32, true, false},  // odd K: scalar path
     {20, 1, 8, 8, 64, DType::fp32, DType::bf16, false, true},
-    // 16-bit in and out (16-byte vectors) at small topk: several column vectors per thread
-    // (reduce.cu's kColVecs 4 and 2), K not a whole number of column tiles, so that a thread's
-    // later vectors fall past K while its first does not.
+    // 16-bit in and out (16-byte vectors, reduce.cu's kVec = 8) at small topk (the k chunk
+    // mostly empty), K not a whole number of column tiles.
     {257, 2, 8, 8, 1032, DType::bf16, DType::bf16, false, false},
     {40, 3, 16, 6, 2056, DType::fp16, DType::bf16, true, false},
     {70, 1, 8, 8, 4104, DType::bf16, DType::fp16, false, true},
