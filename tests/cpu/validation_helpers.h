@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "error_message.h"
 #include "modmoe/error.h"
 #include "modmoe/modular_kernel.h"
 #include "modmoe/numeric.h"
@@ -32,15 +34,12 @@ inline constexpr const char* kStandardExperts = "ReferenceExperts";
 inline constexpr const char* kBatchedExperts = "BatchedReferenceExperts";
 
 // Runs `f` and returns the message of the modmoe::Error it throws, or a marker no expected
-// substring matches. Any other exception escapes and gtest fails the test with it.
+// substring matches (so a negative matcher cannot pass on a call that threw nothing). Any other
+// exception escapes and gtest fails the test with it.
 template <typename F>
 std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no modmoe::Error was thrown>";
+  const std::string message = mt::error_of(std::forward<F>(f));
+  return message.empty() ? "<no modmoe::Error was thrown>" : message;
 }
 
 // EXPECT that `statement` throws modmoe::Error whose message contains every given matcher.

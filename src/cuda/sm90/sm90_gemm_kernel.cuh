@@ -432,6 +432,25 @@ __device__ __forceinline__ void store_tile_tma(const CUtensorMap* map_d, uint8_t
   }
 }
 
+// A consumer warp's read of work slot `slot`: lane 0 waits for it, reads it and frees it, and
+// hands it to the warp by shuffles, so the arrive that frees the slot orders the only read of it
+// (a read by every lane, ordered by __syncwarp before lane 0's arrive, was reported by
+// compute-sanitizer racecheck against the scheduler's next write of the slot: 2026-11-29).
+__device__ __forceinline__ WorkTile read_work_slot(Control& ctl, int slot, uint32_t slot_phase,
+                                                   int lane) {
+  WorkTile t{};
+  if (lane == 0) {
+    mbar_wait(&ctl.work_full[slot], slot_phase);
+    t = ctl.work[slot];
+    mbar_arrive(&ctl.work_empty[slot]);
+  }
+  t.expert = __shfl_sync(0xffffffffu, t.expert, 0);
+  t.row_begin = __shfl_sync(0xffffffffu, t.row_begin, 0);
+  t.row_end = __shfl_sync(0xffffffffu, t.row_end, 0);
+  t.n_block = __shfl_sync(0xffffffffu, t.n_block, 0);
+  return t;
+}
+
 // Frees a stage once every consumer warp has arrived (lane 0 of each warp, after __syncwarp).
 __device__ __forceinline__ void release_stage(Control& ctl, int stage) {
   __syncwarp();
@@ -1037,20 +1056,7 @@ __device__ void consume(const KernelParams& p, const CUtensorMap* map_d, uint8_t
   bool first_tile = true;
   uint32_t turn_phase = 0;
   while (true) {
-    // Lane 0 reads the slot and hands it to the warp by shuffles, so the arrive that frees the
-    // slot orders the only read of it (a read by every lane, ordered by __syncwarp before lane
-    // 0's arrive, was reported by compute-sanitizer racecheck against the scheduler's next
-    // write of the slot: 2026-11-29).
-    WorkTile t{};
-    if (lane == 0) {
-      mbar_wait(&ctl.work_full[slot], slot_phase);
-      t = ctl.work[slot];
-      mbar_arrive(&ctl.work_empty[slot]);
-    }
-    t.expert = __shfl_sync(0xffffffffu, t.expert, 0);
-    t.row_begin = __shfl_sync(0xffffffffu, t.row_begin, 0);
-    t.row_end = __shfl_sync(0xffffffffu, t.row_end, 0);
-    t.n_block = __shfl_sync(0xffffffffu, t.n_block, 0);
+    const WorkTile t = read_work_slot(ctl, slot, slot_phase, lane);
     slot += C::kPingPong ? 2 : 1;
     if (slot >= kWorkSlots) slot -= kWorkSlots, slot_phase ^= 1;
     if (t.expert < 0) {
@@ -1183,17 +1189,7 @@ __device__ void consume_swapped(const KernelParams& p, uint8_t* tiles, Control& 
   uint32_t phase = 0, slot_phase = 0;
   float acc[2][kHalfAcc];
   while (true) {
-    // The work slot as consume() reads it: lane 0 reads, the warp gets it by shuffles.
-    WorkTile t{};
-    if (lane == 0) {
-      mbar_wait(&ctl.work_full[slot], slot_phase);
-      t = ctl.work[slot];
-      mbar_arrive(&ctl.work_empty[slot]);
-    }
-    t.expert = __shfl_sync(0xffffffffu, t.expert, 0);
-    t.row_begin = __shfl_sync(0xffffffffu, t.row_begin, 0);
-    t.row_end = __shfl_sync(0xffffffffu, t.row_end, 0);
-    t.n_block = __shfl_sync(0xffffffffu, t.n_block, 0);
+    const WorkTile t = read_work_slot(ctl, slot, slot_phase, lane);
     if (++slot == kWorkSlots) slot = 0, slot_phase ^= 1;
     if (t.expert < 0) return;
 
