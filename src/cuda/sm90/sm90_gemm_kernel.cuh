@@ -490,6 +490,26 @@ __device__ __forceinline__ void issue_k_block(float (&d)[2][C::kHalfAcc], const 
 
 // bf16: the wgmmas accumulate in place; one K block stays in flight while the next is issued,
 // and a stage is freed when the block after it has been issued and the block itself is done.
+// After K block `current` was issued: waits for the block before it and frees its stage.
+template <int kHalfAcc>
+__device__ __forceinline__ void retire_previous_k_block(Control& ctl, float (&acc)[2][kHalfAcc],
+                                                        int& previous_stage, int current) {
+  wgmma_wait<1>();
+  fence_accumulators(acc[0]);
+  fence_accumulators(acc[1]);
+  if (previous_stage >= 0) release_stage(ctl, previous_stage);
+  previous_stage = current;
+}
+// After the last K block: waits for it and frees its stage.
+template <int kHalfAcc>
+__device__ __forceinline__ void retire_last_k_block(Control& ctl, float (&acc)[2][kHalfAcc],
+                                                    int previous_stage) {
+  wgmma_wait<0>();
+  fence_accumulators(acc[0]);
+  fence_accumulators(acc[1]);
+  if (previous_stage >= 0) release_stage(ctl, previous_stage);
+}
+
 template <class C>
 __device__ __forceinline__ void bf16_main_loop(const KernelParams& p, const OperandFields& f,
                                                Control& ctl, float (&acc)[2][C::kHalfAcc],
@@ -498,16 +518,9 @@ __device__ __forceinline__ void bf16_main_loop(const KernelParams& p, const Oper
   for (int kb = 0; kb < p.num_k_blocks; ++kb) {
     const int current = stage;
     issue_k_block<C>(acc, f, ctl, stage, phase, kb > 0);
-    wgmma_wait<1>();
-    fence_accumulators(acc[0]);
-    fence_accumulators(acc[1]);
-    if (previous_stage >= 0) release_stage(ctl, previous_stage);
-    previous_stage = current;
+    retire_previous_k_block(ctl, acc, previous_stage, current);
   }
-  wgmma_wait<0>();
-  fence_accumulators(acc[0]);
-  fence_accumulators(acc[1]);
-  if (previous_stage >= 0) release_stage(ctl, previous_stage);
+  retire_last_k_block(ctl, acc, previous_stage);
 }
 
 // Where a consumer thread reads its fp8 block scales, advanced one K block at a time: the scale
@@ -1209,16 +1222,9 @@ __device__ void consume_swapped(const KernelParams& p, uint8_t* tiles, Control& 
       }
       wgmma_commit();
       if (++stage == C::kStages) stage = 0, phase ^= 1;
-      wgmma_wait<1>();
-      fence_accumulators(acc[0]);
-      fence_accumulators(acc[1]);
-      if (previous_stage >= 0) release_stage(ctl, previous_stage);
-      previous_stage = current;
+      retire_previous_k_block(ctl, acc, previous_stage, current);
     }
-    wgmma_wait<0>();
-    fence_accumulators(acc[0]);
-    fence_accumulators(acc[1]);
-    if (previous_stage >= 0) release_stage(ctl, previous_stage);
+    retire_last_k_block(ctl, acc, previous_stage);
 
     // D[row, col] = D^T[m, n]. One call per half (a loop over the halves was not unrolled at
     // kN = 144 and acc went to local memory: eighteenth session's study).
