@@ -586,16 +586,19 @@ TEST(CudaBatched, SlotsScatterAndGatherFollowTokenOrder) {
 // Rows and their scale rows gathered by the same indices (Sm90Experts' permute): one launch
 // when a copy unit fits both tables (2048-byte rows, 64-byte scale rows: 16 bytes), two when
 // the second table is narrower (2880 and 92 bytes: gpt-oss's fp8 rows and scales). Pairs with
-// index -1 get zeros in both; nothing past P rows is written.
+// index -1 get zeros in both; nothing past P rows is written. 1500 pairs of 2048 + 64 bytes
+// (~200 000 16-byte units) give each thread several units, across both tables.
 TEST(CudaBatched, GatherOfTwoTablesCopiesBoth) {
   MODMOE_REQUIRE_GPU();
   CudaSession s;
   struct Case {
-    int64_t row_bytes, scale_bytes;
+    int64_t row_bytes, scale_bytes, P;
   };
-  for (const Case& c : {Case{2048, 64}, Case{2880, 92}, Case{256, 0}}) {
-    SCOPED_TRACE(std::to_string(c.row_bytes) + " + " + std::to_string(c.scale_bytes) + " bytes");
-    const int64_t tokens = 37, P = 150;
+  for (const Case& c :
+       {Case{2048, 64, 150}, Case{2880, 92, 150}, Case{256, 0, 150}, Case{2048, 64, 1500}}) {
+    SCOPED_TRACE(std::to_string(c.row_bytes) + " + " + std::to_string(c.scale_bytes) + " bytes, " +
+                 std::to_string(c.P) + " pairs");
+    const int64_t tokens = 37, P = c.P;
     std::mt19937 rng(static_cast<unsigned>(c.row_bytes + c.scale_bytes));
     std::uniform_int_distribution<int32_t> token(-1, tokens - 1);  // -1: zeros
     std::uniform_int_distribution<int> byte(0, 255);

@@ -430,18 +430,26 @@ TEST(CudaQuant, NumRowsBoundsTheWork) {
 
 // ---- cuda::quantize_scatter_rows: the quantization fused into the gather by expert ----------
 
-// Each source row quantized once and written to its destination rows (fanout like topk: 3, and
-// 11, past the 8 destinations the kernel holds in registers): every destination row must hold
-// the CPU's codes and scales of its source row, byte for byte; rows that no entry names (the -1
+// Each source row quantized once and written to its destination rows (fanout like topk: 2, 3,
+// 8, and 11, past the 8 destinations the kernel holds): every destination row must hold the
+// CPU's codes and scales of its source row, byte for byte; rows that no entry names (the -1
 // entries, like pairs of no local expert) keep the poison.
-// K = 2880 (several 256-column steps, partial last group), 203 (the scalar path).
+// K = 2880 (two 2048-column steps, a partial last group), 2056 (a partial last chunk of lanes),
+// 203 (the scalar path); 2000 rows of K = 2064 at fanout 8 (topk of the Qwen and DeepSeek
+// layers) give each block several rows and steps (the grid is one wave: ~1000 blocks on an H200).
 TEST(CudaQuant, ScatterWritesEachSourceRowToItsDestinations) {
   MODMOE_REQUIRE_GPU();
   CudaSession gpu;
-  const int64_t rows = 37;
-  for (const auto& fanout_and_K :
-       std::vector<std::pair<int64_t, int64_t>>{{3, 2880}, {3, 203}, {11, 2880}, {11, 203}}) {
-    const int64_t fanout = fanout_and_K.first, K = fanout_and_K.second, capacity = rows * fanout;
+  struct Case {
+    int64_t rows, fanout, K;
+  };
+  for (const Case& c : std::vector<Case>{{37, 3, 2880},
+                                         {37, 3, 203},
+                                         {37, 11, 2880},
+                                         {37, 11, 203},
+                                         {37, 2, 2056},
+                                         {2000, 8, 2064}}) {
+    const int64_t rows = c.rows, fanout = c.fanout, K = c.K, capacity = rows * fanout;
     std::mt19937 rng(static_cast<uint32_t>(K * fanout) + 11);
     const OwnedTensor x = random_activations(DType::bf16, rows, K, rng);
     // A permutation of the capacity's rows, with every 7th entry -1 (its row stays unwritten).
