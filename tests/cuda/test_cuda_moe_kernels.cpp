@@ -587,7 +587,8 @@ TEST(CudaBatched, SlotsScatterAndGatherFollowTokenOrder) {
 // when a copy unit fits both tables (2048-byte rows, 64-byte scale rows: 16 bytes), two when
 // the second table is narrower (2880 and 92 bytes: gpt-oss's fp8 rows and scales). Pairs with
 // index -1 get zeros in both; nothing past P rows is written. 1500 pairs of 2048 + 64 bytes
-// (~200 000 16-byte units) give each thread several units, across both tables.
+// (198 000 16-byte units over 774 blocks, the scale table's in the last 24) cover a grid of
+// many blocks.
 TEST(CudaBatched, GatherOfTwoTablesCopiesBoth) {
   MODMOE_REQUIRE_GPU();
   CudaSession s;
