@@ -59,9 +59,11 @@ struct CopyTable {
 // One thread per (row, unit) of the flattened copy (a grid-stride loop past 65535 blocks): a
 // row's units are spread over lanes whatever the row length. One block per row left a 64-byte
 // scale row to 4 threads of a 32-thread block: 42 us for Qwen3-30B's 65536 pairs at M = 8192 on
-// the H200, 5.6 us flattened (docs/perf.md). Index is int32_t when every unit index fits. Two
-// tables by the same rows (a gather of rows and of their scale rows) run in one launch: t1's
-// units follow t0's (t1.total_units = 0 for one table).
+// the H200, 5.6 us flattened (docs/perf.md). Four units a thread, loaded before any store, ran
+// no faster (Mixtral bf16 M = 1024's gather 10.0 against 9.4 us; perf.md, twenty-sixth
+// session). Index is int32_t when every unit index fits. Two tables by the same rows (a gather
+// of rows and of their scale rows) run in one launch: t1's units follow t0's (t1.total_units =
+// 0 for one table).
 template <typename V, typename Index>
 __global__ void __launch_bounds__(kThreads)
     copy_rows_kernel(const CopyTable<Index> t0, const CopyTable<Index> t1,

@@ -644,6 +644,8 @@ __device__ __forceinline__ void fp8_main_loop_together(const KernelParams& p,
 // A 64x256 consumer (the 128x256 fp8 tile) has no registers for a product buffer of both
 // halves (128 + 128 accumulators): it runs its K block one accumulator half at a time, each
 // half's wgmmas (n = 128) into one 64-register buffer, waited for and promoted before the next.
+// Its scales are loaded as the block starts: one block ahead, as in fp8_main_loop_together, was
+// 1.5-14 % slower in three sessions (docs/hopper.md, "fp8 with block scales").
 // C::kSplitScales: each half's last 64 columns have a weight scale of their own
 // (ScaleCursor::b_mid). Used for every tile, the split promotion and its cursor cost Mixtral's
 // fp8 GEMMs (no half straddles there) 7 % more instructions and ~6 % more time (ncu,
