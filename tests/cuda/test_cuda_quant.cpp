@@ -434,7 +434,7 @@ TEST(CudaQuant, NumRowsBoundsTheWork) {
 // 8, and 11, past the 8 destinations the kernel holds): every destination row must hold the
 // CPU's codes and scales of its source row, byte for byte; rows that no entry names (the -1
 // entries, like pairs of no local expert) keep the poison.
-// K = 2880 (two 2048-column steps, a partial last group), 2056 (a partial last chunk of lanes),
+// K = 2880 (two 2048-column steps, a partial last group), 2056 (a second step of one lane),
 // 203 (the scalar path); 2000 rows of K = 2064 at fanout 8 (topk of the Qwen and DeepSeek
 // layers) give each block several rows and steps (the grid is one wave: ~1000 blocks on an H200).
 TEST(CudaQuant, ScatterWritesEachSourceRowToItsDestinations) {

@@ -15,16 +15,7 @@ scripts/gpu-ab run --patch "$patch" --tests '*Sm90*:Routes/*:*GraphCapture*:Cuda
   --bench "--shapes standard --ms 1024,8192 --quants fp8-block" --alternate > "$OUT/run.log" 2>&1
 rc=$?
 echo "gpu-ab rc=$rc"
-export PATH="$PATH:/usr/local/cuda/bin"
-if [ $rc -eq 0 ]; then
-  cmake --build build-gpu --target modmoe-profile -j 16 > /dev/null 2>&1 &
-  cmake --build /tmp/gpu-ab-base --target modmoe-profile -j 16 > /dev/null 2>&1
-  wait
-  timeout 60 scripts/gpu-kernels qwen3.5-35b-a3b fp8-block 8192 > "$OUT/kernels-cand-qwen35-fp8-8192.txt" 2>&1
-  BUILD=/tmp/gpu-ab-base timeout 60 scripts/gpu-kernels qwen3.5-35b-a3b fp8-block 8192 \
-    > "$OUT/kernels-base-qwen35-fp8-8192.txt" 2>&1
-  tail -n 8 "$OUT/kernels-base-qwen35-fp8-8192.txt" "$OUT/kernels-cand-qwen35-fp8-8192.txt"
-fi
+[ $rc -eq 0 ] && scripts/gpu-ab kernels qwen3.5-35b-a3b fp8-block 8192
 grep -E "^(gpu-ab: cand|\[  (PASSED|FAILED)|model|whole|[a-z0-9.-]+ +(none|fp8-block))" "$OUT/ab.txt" |
   head -40
 tar -xzOf "$OUT/logs.tar.gz" ./tests.log 2>/dev/null | grep -E "FAILED|Failure" | head -20
