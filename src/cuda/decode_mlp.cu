@@ -1,26 +1,12 @@
-// The decode path's kernels (see decode_mlp.h): gate_up and down, and with fp8 weights
-// quantize_h between them.
+// The decode path's separate kernels (see decode_mlp.h): gate_up and down, and with fp8 weights
+// quantize_h between them; their building blocks are in decode_device.cuh, and the persistent
+// layer that runs all three as one grid in decode_layer.cu.
 //
-// gate_up and down are weight-streaming matrix-vector products built the same way:
-//
-//   * A CTA owns one 16-row tile of the output (gate_up: the gate and up rows of 8 features of a
-//     pair; down: 16 output rows of a token) and its warps split the reduction (K, or the
-//     token's (pair, N) ranges) into stages taken round-robin. The warps' partial sums meet in
-//     shared memory at the end, in warp order: deterministic.
-//   * The weights go through a per-warp ring of cp.async stages in shared memory. Each lane
-//     copies its own 16-byte chunks and reads back only those (so no barrier guards the ring),
-//     and the copies of several stages are in flight while one is multiplied: the bytes in
-//     flight cost shared memory, not registers. (The first version kept them in registers, and
-//     its copy of the next batch into the current one waited for the loads: one batch in flight,
-//     10-60 % of the read bandwidth; docs/perf.md.)
-//   * The products run on the tensor cores: mma.sync m16n8k16 with the 16 weight rows as A and
-//     the vector as every column of B. The k order inside an MMA is free, so lane (g, t) feeds
-//     the 16 contiguous bytes it loaded of rows g and g + 8 (a quad of lanes covers 64 contiguous
-//     bytes of 8 rows per load) and the vector's values at the same k; every column of D is the
-//     tile's result. fp8 weights become fp16 pairs exactly (one conversion per 2 values, instead
-//     of a conversion and an FMA per value on the CUDA cores), the vector is stored as fp16 (fp8
-//     values are exact in fp16) or in the weights' 16-bit dtype, and the fp8 group scales are
-//     applied once per stage: a stage of fp8 is 128 values along the row, one scale group.
+// gate_up and down are weight-streaming matrix-vector products built the same way: a CTA owns
+// one 16-row tile of the output (gate_up: the gate and up rows of 8 features of a pair; down: 16
+// output rows of a token) and its warps split the reduction (K, or the token's (pair, N) ranges)
+// into stages taken round-robin, streamed through their rings (decode_device.cuh). The warps'
+// partial sums meet in shared memory at the end, in warp order: deterministic.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -33,204 +19,22 @@
 #include "cuda/activation_device.cuh"
 #include "cuda/byte_carver.h"
 #include "cuda/cuda_check.h"
+#include "cuda/decode_device.cuh"
+#include "cuda/decode_layer.h"
 #include "cuda/decode_mlp.h"
 #include "cuda/float_io.cuh"
-#include "cuda/fp8_codec.cuh"
-#include "cuda/grouped_gemm_ptx.cuh"
-#include "cuda/pair_key.cuh"
 #include "modmoe/error.h"
 #include "modmoe/quant.h"
 
 namespace modmoe::cuda {
 namespace {
 
-using gemm::cp_async_16;
-using gemm::cp_async_commit;
-using gemm::cp_async_wait_pending;
-using gemm::shared_address;
+using namespace decode;  // NOLINT: the building blocks of every kernel here
 
-constexpr int kGroup = 128;      // fp8 scale group along a row
-constexpr int kTileRows = 16;    // output rows of a CTA: the M of one m16n8k16 MMA
-constexpr int kStageChunks = 4;  // 16-byte chunks a lane copies per stage: 2 steps x 2 rows
-constexpr int kMaxWarps = 16;    // per CTA, gate_up and down
-constexpr int kFillLoads = 8;    // down: rounds of h loads in flight while staging
 // The shared memory of a CTA every GPU from sm_80 grants (99 KiB per block on sm_86 / sm_89):
 // a config the decode path accepts runs with at most this much (decode_mlp_config_fits); the
 // launch takes what the device gives (device_limits()), opting in above 48 KiB (launch()).
 constexpr size_t kMaxSharedBytes = 96 * 1024;
-
-__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The reduction geometry of weight type W. A step is what one load of a lane quad covers along
-// a row (4 lanes x 16 bytes); a stage is two steps (fp8: 128 values, one scale group).
-template <typename W>
-struct Span {
-  static constexpr int kValues = 16 / static_cast<int>(sizeof(W));  // per 16-byte chunk
-  static constexpr int kStep = 4 * kValues;
-  static constexpr int kStage = 2 * kStep;
-};
-__host__ __device__ constexpr int stage_span(size_t weight_bytes) {
-  return weight_bytes == 1 ? 128 : 64;
-}
-
-// The vector operand's 16-bit type: fp16 for fp8 weights (e4m3 values are exact in fp16),
-// else the weights' own.
-template <typename W>
-using OperandOf = std::conditional_t<std::is_same_v<W, uint8_t>, __half, W>;
-
-// ---- one step of the tile's MMAs ----------------------------------------------------------------
-
-// Two e4m3 codes (the low 16 bits) as an fp16 pair, exactly.
-__device__ __forceinline__ uint32_t e4m3x2_to_half2(uint32_t two_codes) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
-  return uint32_t{h.x} | (uint32_t{h.y} << 16);
-}
-
-// d += A * B over one step: lo / hi are the 16 bytes this lane loaded of rows g and g + 8, b the
-// vector's values at the same k (kValues 16-bit values, as 32-bit pairs).
-template <typename W>
-__device__ __forceinline__ void mma_step(float (&d)[4], const uint4& lo, const uint4& hi,
-                                         const uint32_t* b) {
-  const uint32_t* l = reinterpret_cast<const uint32_t*>(&lo);
-  const uint32_t* h = reinterpret_cast<const uint32_t*>(&hi);
-  if constexpr (std::is_same_v<W, uint8_t>) {
-    // Word i holds values 4i .. 4i + 3: MMA i takes them as its k slots (2t, 2t+1 | 2t+8, 2t+9).
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t a[4] = {e4m3x2_to_half2(l[i] & 0xffffu), e4m3x2_to_half2(h[i] & 0xffffu),
-                             e4m3x2_to_half2(l[i] >> 16), e4m3x2_to_half2(h[i] >> 16)};
-      const uint32_t bb[2] = {b[2 * i], b[2 * i + 1]};
-      gemm::mma_fp16_16816(d, a, bb, d);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint32_t a[4] = {l[2 * i], h[2 * i], l[2 * i + 1], h[2 * i + 1]};
-      const uint32_t bb[2] = {b[2 * i], b[2 * i + 1]};
-      if constexpr (std::is_same_v<W, __nv_bfloat16>) {
-        gemm::mma_bf16_16816(d, a, bb, d);
-      } else {
-        gemm::mma_fp16_16816(d, a, bb, d);
-      }
-    }
-  }
-}
-
-// This lane's kValues vector values at element k of a 16-bit operand row in shared memory.
-template <typename W>
-__device__ __forceinline__ void load_operand(const OperandOf<W>* v, int64_t k,
-                                             uint32_t (&b)[Span<W>::kValues / 2]) {
-  const uint4* src = reinterpret_cast<const uint4*>(v + k);
-#pragma unroll
-  for (int i = 0; i < Span<W>::kValues / 8; ++i) {
-    const uint4 q = src[i];
-    b[4 * i] = q.x, b[4 * i + 1] = q.y, b[4 * i + 2] = q.z, b[4 * i + 3] = q.w;
-  }
-}
-
-// ---- the per-warp cp.async ring ---------------------------------------------------------------
-
-// A warp's ring: kDepth slots of kStageChunks x 32 chunks; lane l's chunk c of slot s at
-// [s][c][l], so a warp's reads and copies of one chunk are 512 contiguous bytes (no conflicts).
-// The depth is a compile-time constant: the wait is one instruction (a runtime depth went
-// through a switch, and with the per-stage index arithmetic the loop was bound by its own
-// instructions, not by memory; ncu, docs/perf.md). gate_up's ring is one slot shorter than
-// down's: its CTAs are many and short, and more of them per SM beat more stages in flight per
-// warp (a sweep of depths 2-8, docs/perf.md twenty-first session); down's few long CTAs keep 4.
-constexpr int kGateUpDepth = 3;
-constexpr int kDownDepth = 4;
-__host__ __device__ constexpr size_t ring_bytes_per_warp(int depth) {
-  return static_cast<size_t>(depth) * kStageChunks * 32 * 16;
-}
-
-// Streams `count` stages of this warp through its ring (`ring`: the warp's slot 0). A cursor
-// names a stage: `source(cursor, c, &src)` gives this lane's global chunk c of it (false:
-// zero-fill), `next(cursor)` moves to the warp's next stage, `use(cursor, chunks)` consumes one.
-// `prologue()` runs after the first stages are requested, before any is used (the vector
-// operand is staged there, so its round trips overlap the weights').
-template <int kDepth, typename Cursor, typename Source, typename Next, typename Use,
-          typename Prologue>
-__device__ __forceinline__ void stream_stages(uint4* ring, int count, Cursor first, Source&& source,
-                                              Next&& next, Use&& use, Prologue&& prologue) {
-  const int lane = threadIdx.x % 32;
-  uint4* mine = ring + lane;
-  const uint32_t mine_address = shared_address(mine);
-  Cursor ahead = first, at = first;
-  auto request = [&](int slot) {
-#pragma unroll
-    for (int c = 0; c < kStageChunks; ++c) {
-      const void* src = nullptr;
-      const bool valid = source(ahead, c, &src);
-      cp_async_16(mine_address + (slot * kStageChunks + c) * 32 * 16, src, valid);
-    }
-    next(ahead);
-  };
-#pragma unroll
-  for (int i = 0; i < kDepth - 1; ++i) {
-    if (i < count) request(i);
-    cp_async_commit();
-  }
-  prologue();
-  int slot = 0;
-  for (int i = 0; i < count; ++i) {
-    // Refill the slot used last iteration: this lane read it into registers already.
-    if (i + kDepth - 1 < count) request(slot == 0 ? kDepth - 1 : slot - 1);
-    cp_async_commit();
-    cp_async_wait_pending<kDepth - 1>();
-    uint4 chunks[kStageChunks];
-#pragma unroll
-    for (int c = 0; c < kStageChunks; ++c) chunks[c] = mine[(slot * kStageChunks + c) * 32];
-    use(at, chunks);
-    next(at);
-    slot = slot + 1 == kDepth ? 0 : slot + 1;
-  }
-  cp_async_wait_pending<0>();
-}
-
-// How many of `units` stages taken round-robin by `warps` warps warp `warp` gets.
-__device__ __forceinline__ int stages_of_warp(int units, int warp, int warps) {
-  return warp < units ? (units - warp + warps - 1) / warps : 0;
-}
-
-// The warps' partial sums of the tile's 16 rows (lanes of t == 0 hold rows g and g + 8) into
-// red (warps x 16 floats), then row r's total is sum_w red[w][r], summed in warp order.
-__device__ __forceinline__ void publish_partials(float* red, int warp, float lo, float hi) {
-  const int lane = threadIdx.x % 32;
-  if (lane % 4 == 0) {
-    red[warp * kTileRows + lane / 4] = lo;
-    red[warp * kTileRows + lane / 4 + 8] = hi;
-  }
-}
-__device__ __forceinline__ float tile_row_total(const float* red, int warps, int r) {
-  float s = 0.0f;
-  for (int w = 0; w < warps; ++w) s += red[w * kTileRows + r];
-  return s;
-}
-
-// Programmatic dependent launch (sm_90): gate_up lets down launch as soon as every gate_up CTA
-// has started, so down's CTAs take SMs as gate_up's last wave leaves them and request their
-// first w2 stages; down waits for gate_up's completion (griddepcontrol.wait: every
-// prerequisite grid finished, its writes visible) before it reads h. Both are no-ops when the
-// launch was not programmatic, and absent before sm_90.
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_prerequisite_grids() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ int32_t local_expert(const DecodeMlpArgs& a, int64_t pair) {
-  const int32_t E_local = static_cast<int32_t>(a.num_local_experts);
-  return a.ids_dtype == DType::int64 ? pair_key(static_cast<const int64_t*>(a.topk_ids), pair,
-                                                a.expert_map, a.num_experts, E_local)
-                                     : pair_key(static_cast<const int32_t*>(a.topk_ids), pair,
-                                                a.expert_map, a.num_experts, E_local);
-}
 
 // ---- shared-memory layouts (host and device) ----------------------------------------------------
 
@@ -274,8 +78,6 @@ __host__ __device__ inline DownShared down_shared(int64_t topk, int64_t N, size_
 template <typename W, typename X>
 __global__ void __launch_bounds__(kMaxWarps * 32) decode_gate_up_kernel(const DecodeMlpArgs a) {
   constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
-  constexpr bool kQuantizeX = kFp8 && !std::is_same_v<X, uint8_t>;
-  static_assert(kFp8 || std::is_same_v<W, X>, "16-bit weights take tokens of their own dtype");
   using S = OperandOf<W>;
   using Sp = Span<W>;
   allow_dependent_launch();
@@ -323,77 +125,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) decode_gate_up_kernel(const De
         up_scale_s[i] = ws[up_block * k_groups + i];
       }
     }
-    if constexpr (kQuantizeX) {
-      // 8 values per thread and pass, so a group of 128 is 16 neighbouring lanes (as in
-      // quantize_rows); the loads of kFillLoads passes are issued before any is used (one round
-      // trip for K <= 4096 * kFillLoads / 4, not one per pass). Amax, scale and e4m3 codes
-      // exactly as quantize_rows computes them; the codes as fp16 (zero past K: the loads give
-      // zeros there), the scale into x_scale_s.
-      const int pass = static_cast<int>(blockDim.x) * 8;
-      const X* x_row = static_cast<const X*>(a.x) + t * K;
-      for (int64_t base = 0; base < k_pad; base += int64_t{pass} * kFillLoads) {
-        uint4 raw[kFillLoads];
-#pragma unroll
-        for (int i = 0; i < kFillLoads; ++i) {
-          const int64_t k = base + i * pass + threadIdx.x * 8;  // K % 16 == 0: whole chunks
-          raw[i] = k < K ? *reinterpret_cast<const uint4*>(x_row + k) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int i = 0; i < kFillLoads; ++i) {
-          if (base + i * pass >= k_pad) break;  // block-uniform
-          const int64_t k = base + i * pass + threadIdx.x * 8;
-          const X* x8 = reinterpret_cast<const X*>(&raw[i]);
-          float v[8];
-          uint32_t amax = 0;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = to_float(x8[j]), amax = max(amax, abs_bits(v[j]));
-#pragma unroll
-          for (int offset = 8; offset > 0; offset /= 2)
-            amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-          if (k >= k_pad) continue;
-          const float scale = fp8_scale_for_amax(__uint_as_float(amax));
-          const Fp8Reciprocal r = fp8_reciprocal(scale);
-          uint32_t half2s[4];
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-            half2s[j] = e4m3x2_to_half2(e4m3_pair(v[2 * j], v[2 * j + 1], scale, r));
-          *reinterpret_cast<uint4*>(x_s + k) =
-              make_uint4(half2s[0], half2s[1], half2s[2], half2s[3]);
-          if (threadIdx.x % 16 == 0) x_scale_s[k / kGroup] = scale;
-        }
-      }
-      __syncthreads();
-      return;
-    }
-    // The token row as 16-bit values (fp8: the e4m3 values as fp16), zero past K; fp8: the
-    // groups' x scales.
-    const W* x_row = static_cast<const W*>(a.x) + t * K;
-    for (int64_t k = int64_t{threadIdx.x} * Sp::kValues; k < k_pad;
-         k += int64_t{blockDim.x} * Sp::kValues) {
-      uint32_t v[Sp::kValues / 2] = {};
-      if (k < K) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(x_row + k);
-        const uint32_t* r = reinterpret_cast<const uint32_t*>(&raw);
-        if constexpr (kFp8) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            v[2 * i] = e4m3x2_to_half2(r[i] & 0xffffu);
-            v[2 * i + 1] = e4m3x2_to_half2(r[i] >> 16);
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) v[i] = r[i];
-        }
-      }
-      uint4* dst = reinterpret_cast<uint4*>(x_s + k);
-#pragma unroll
-      for (int i = 0; i < Sp::kValues / 8; ++i)
-        dst[i] = make_uint4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-    }
-    if constexpr (kFp8) {
-      for (int64_t i = threadIdx.x; i < k_groups; i += blockDim.x)
-        x_scale_s[i] = a.x_scale[t * k_groups + i];
-    }
+    // The token row as the MMAs' 16-bit operand (quantized first when it came unquantized).
+    stage_token_row<W, X>(a, t, x_s, x_scale_s, k_pad);
     __syncthreads();
   };
 
@@ -452,24 +185,12 @@ __global__ void __launch_bounds__(kQuantizeWarps * 32)
   // Every thread waits, even one with no task: this grid then never completes before gate_up,
   // so down's wait for it covers gate_up too.
   wait_for_prerequisite_grids();
-  const int lane = threadIdx.x % 32;
-  const int64_t N = a.N, groups = ceil_div(N, kGroup), n_pad = groups * kGroup;
+  const int64_t groups = ceil_div(a.N, kGroup);
   const int64_t task = int64_t{blockIdx.x} * kQuantizeWarps + threadIdx.x / 32;
   if (task >= a.M * a.topk * groups) return;  // warp-uniform
-  const int64_t pair = task / groups, grp = task % groups, n = grp * kGroup + lane * 4;
+  const int64_t pair = task / groups, grp = task % groups;
   if (local_expert(a, pair) >= a.num_local_experts) return;  // warp-uniform
-  // N % 16 == 0: a lane's 4 values are all in the row or all out.
-  const float4 v =
-      n < N ? *reinterpret_cast<const float4*>(static_cast<const float*>(a.h) + pair * N + n)
-            : make_float4(0.f, 0.f, 0.f, 0.f);
-  uint32_t amax = max(max(abs_bits(v.x), abs_bits(v.y)), max(abs_bits(v.z), abs_bits(v.w)));
-  amax = __reduce_max_sync(0xffffffffu, amax);
-  const float scale = fp8_scale_for_amax(__uint_as_float(amax));
-  const Fp8Reciprocal r = fp8_reciprocal(scale);
-  const uint32_t lo = n < N ? e4m3_pair(v.x, v.y, scale, r) : 0u,
-                 hi = n < N ? e4m3_pair(v.z, v.w, scale, r) : 0u;
-  *reinterpret_cast<uint32_t*>(a.h_codes + pair * n_pad + n) = lo | (hi << 16);
-  if (lane == 0) a.h_scale[pair * groups + grp] = scale;
+  quantize_h_group(a, pair, grp);
 }
 
 // ---- down + top-k weight + reduce -------------------------------------------------------------
@@ -537,64 +258,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) decode_down_kernel(const Decod
   auto prologue = [&] {
     wait_for_prerequisite_grids();
     __syncthreads();  // the folds above are complete
-    // GEMM2's operand rows as the grouped path would see them. The loads of kFillLoads rounds
-    // are issued before any is used (a CTA stages topk * N values: one round trip, not one per
-    // round).
+    // GEMM2's operand rows as the grouped path would see them (fp8: h as quantize_h quantized
+    // it, each group's scale into its fold).
+    stage_h_rows<W>(a, t * topk, static_cast<int>(topk), n_pad,
+                    [&](int j) { return expert_s[j] < E_local; }, a2_s);
     if constexpr (kFp8) {
-      // h as decode_quantize_h_kernel quantized it: the codes as exact fp16, 16 codes per load
-      // (kFillLoads rounds in flight), and each group's scale into its fold.
-      const int row_chunks = static_cast<int>(n_pad / 16);
-      const int total = static_cast<int>(topk) * row_chunks, threads = static_cast<int>(blockDim.x);
-      for (int i0 = static_cast<int>(threadIdx.x); i0 < total; i0 += threads * kFillLoads) {
-        uint4 v[kFillLoads];
-#pragma unroll
-        for (int r = 0; r < kFillLoads; ++r) {
-          const int i = i0 + r * threads, j = i / row_chunks, c = i % row_chunks;
-          const bool load = i < total && expert_s[j] < E_local;
-          v[r] = load ? *reinterpret_cast<const uint4*>(a.h_codes + (t * topk + j) * n_pad + c * 16)
-                      : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int r = 0; r < kFillLoads; ++r) {
-          const int i = i0 + r * threads, j = i / row_chunks, c = i % row_chunks;
-          if (i >= total) break;
-          const uint32_t w[4] = {v[r].x, v[r].y, v[r].z, v[r].w};
-          uint32_t half2s[8];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            half2s[2 * k] = e4m3x2_to_half2(w[k] & 0xffffu);
-            half2s[2 * k + 1] = e4m3x2_to_half2(w[k] >> 16);
-          }
-          uint4* dst = reinterpret_cast<uint4*>(a2_s + j * n_pad + c * 16);
-          dst[0] = make_uint4(half2s[0], half2s[1], half2s[2], half2s[3]);
-          dst[1] = make_uint4(half2s[4], half2s[5], half2s[6], half2s[7]);
-        }
-      }
-      for (int i = static_cast<int>(threadIdx.x); i < topk * folds; i += threads) {
+      for (int i = static_cast<int>(threadIdx.x); i < topk * folds; i += blockDim.x) {
         const int j = i / folds, grp = i % folds;
         if (expert_s[j] < E_local) fold_s[i] *= a.h_scale[(t * topk + j) * folds + grp];
-      }
-    } else {
-      // h as gate_up wrote it, already in the operand dtype: 8 values per load, zeros past N.
-      const int row_chunks = static_cast<int>(n_pad / 8);
-      const int total = static_cast<int>(topk) * row_chunks, threads = static_cast<int>(blockDim.x);
-      const S* h = static_cast<const S*>(a.h);
-      for (int i0 = static_cast<int>(threadIdx.x); i0 < total; i0 += threads * kFillLoads) {
-        uint4 v[kFillLoads];
-#pragma unroll
-        for (int r = 0; r < kFillLoads; ++r) {
-          const int i = i0 + r * threads, j = i / row_chunks, n = (i % row_chunks) * 8;
-          // N % 16 == 0: a load's 8 values are all in the row or all out.
-          const bool load = i < total && n < N && expert_s[j] < E_local;
-          v[r] = load ? *reinterpret_cast<const uint4*>(h + (t * topk + j) * N + n)
-                      : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int r = 0; r < kFillLoads; ++r) {
-          const int i = i0 + r * threads, j = i / row_chunks, n = (i % row_chunks) * 8;
-          if (i >= total) break;
-          *reinterpret_cast<uint4*>(a2_s + j * n_pad + n) = v[r];
-        }
       }
     }
     __syncthreads();
@@ -760,6 +431,18 @@ bool programmatic_launch_available() {
          major >= 9;
 }
 
+// Whether decode_mlp runs the persistent layer (decode_layer.h) instead of the separate kernels:
+// MODMOE_DECODE_LAYER=1 wherever the layer can run, =0 never (read at each call, so that one
+// process can compare the two); unset: the rule below, from the H200's measurements
+// (docs/perf.md, twenty-seventh session).
+bool wants_decode_layer(const DecodeMlpArgs& a) {
+  const char* v = std::getenv("MODMOE_DECODE_LAYER");
+  const std::string setting = v ? v : "";
+  if (setting == "0") return false;
+  const bool preferred = setting == "1";
+  return preferred && decode_layer_unsupported(a).empty();
+}
+
 }  // namespace
 
 bool decode_mlp_config_fits(const MoEConfig& c) {
@@ -795,6 +478,7 @@ DecodeWorkspace carve_decode_workspace(void* base, const MoEConfig& c, int64_t M
     w.h_codes = carver.take<uint8_t>(pairs * groups * kGroup);
     w.h_scale = carver.take<float>(pairs * groups);
   }
+  w.counters = carver.take<int32_t>(decode_layer_counters(M, c.topk, N, c.quant.quantized()));
   w.bytes = carver.size();
   return w;
 }
@@ -825,6 +509,7 @@ void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
         << "decode_mlp: x must have the weights' dtype " << dtype_name(a.w_dtype) << ", got "
         << dtype_name(a.x_dtype);
   }
+  if (wants_decode_layer(a)) return decode_layer(a, stream);
   const SharedLimits limits = device_limits();
   const DecodeShapes shapes = decode_shapes(a.M, a.K, a.N, a.topk, dtype_size(a.w_dtype), limits);
   MODMOE_CHECK(shapes.fits()) << "decode_mlp: K = " << a.K << ", N = " << a.N

@@ -34,6 +34,10 @@
 // twenty-first session); down's the most of 16, 8, 4 that run its grid in one wave
 // (decode_shapes; twenty-second session).
 //
+// decode_mlp may run all of it as one persistent grid instead (decode_layer.h: the same
+// stages and numerics, one grid barrier where the kernel boundaries were), where that layer
+// can run and MODMOE_DECODE_LAYER or the rule in decode_mlp.cu asks for it.
+//
 // Each weight row a CTA needs is read once per pair: a pair's expert is read again by every
 // other pair routed to it, which at <= 1 pair per expert mostly hits the L2 (those CTAs run
 // side by side). Everything is deterministic (fixed summation order, no atomics), stream
@@ -84,6 +88,9 @@ struct DecodeMlpArgs {
   void* h = nullptr;
   uint8_t* h_codes = nullptr;
   float* h_scale = nullptr;
+  // The persistent layer's counters (decode_layer.h): its grid barrier and, with fp8 weights,
+  // one per (pair, group of 128 of h); it zeroes them itself. Unused by the separate kernels.
+  int32_t* counters = nullptr;
   void* out = nullptr;  // (M, K) in out_dtype (bf16, fp16, fp32)
   DType out_dtype = DType::bf16;
 };
@@ -101,6 +108,7 @@ struct DecodeWorkspace {
   void* h = nullptr;
   uint8_t* h_codes = nullptr;  // fp8 only
   float* h_scale = nullptr;    // fp8 only
+  int32_t* counters = nullptr;
   size_t bytes = 0;
 };
 DecodeWorkspace carve_decode_workspace(void* base, const MoEConfig& c, int64_t M);
