@@ -118,6 +118,20 @@ __device__ __forceinline__ void load_operand(const OperandOf<W>* v, int64_t k,
   }
 }
 
+// The tile's product over one stage: d = the 16 weight rows this lane holds in `chunks` (two
+// steps, rows g and g + 8) times the vector's values from v on (this lane's first).
+template <typename W>
+__device__ __forceinline__ void stage_product(float (&d)[4], const uint4 (&chunks)[kStageChunks],
+                                              const OperandOf<W>* v) {
+  d[0] = d[1] = d[2] = d[3] = 0.0f;
+#pragma unroll
+  for (int step = 0; step < 2; ++step) {
+    uint32_t b[Span<W>::kValues / 2];
+    load_operand<W>(v, step * Span<W>::kStep, b);
+    mma_step<W>(d, chunks[2 * step], chunks[2 * step + 1], b);
+  }
+}
+
 // ---- the per-warp cp.async ring ---------------------------------------------------------------
 
 // A warp's ring: kDepth slots of kStageChunks x 32 chunks; lane l's chunk c of slot s at

@@ -207,13 +207,8 @@ __global__ void __launch_bounds__(kLayerWarps * 32, 1)
       acc_tile = c.tile;
     }
     const int64_t t = pair1(c.tile) / topk;
-    float d[4] = {};
-#pragma unroll
-    for (int step = 0; step < 2; ++step) {
-      uint32_t b[Sp::kValues / 2];
-      load_operand<W>(x_s + t * k_pad, c.u * Sp::kStage + step * Sp::kStep + lane_k, b);
-      mma_step<W>(d, chunks[2 * step], chunks[2 * step + 1], b);
-    }
+    float d[4];
+    stage_product<W>(d, chunks, x_s + t * k_pad + c.u * Sp::kStage + lane_k);
     if constexpr (kFp8) {
       const float xs = x_scale_s[t * k_groups + c.u];
       const float* ws = scale1_s + c.tile * 2 * k_groups;
@@ -350,14 +345,8 @@ __global__ void __launch_bounds__(kLayerWarps * 32, 1)
       acc_lo = acc_hi = 0.0f;
       acc_tile = c.tile;
     }
-    const S* a2 = a2_s + pair * n_pad + c.stage * Sp::kStage + lane_n;
-    float d[4] = {};
-#pragma unroll
-    for (int step = 0; step < 2; ++step) {
-      uint32_t b[Sp::kValues / 2];
-      load_operand<W>(a2, step * Sp::kStep, b);
-      mma_step<W>(d, chunks[2 * step], chunks[2 * step + 1], b);
-    }
+    float d[4];
+    stage_product<W>(d, chunks, a2_s + pair * n_pad + c.stage * Sp::kStage + lane_n);
     const float fold = fold2_s[(c.tile * topk + c.j) * folds + (kFp8 ? c.stage : 0)];
     acc_lo = fmaf(d[0], fold, acc_lo);
     acc_hi = fmaf(d[2], fold, acc_hi);

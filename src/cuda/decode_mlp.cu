@@ -132,13 +132,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) decode_gate_up_kernel(const De
 
   float acc_gate = 0.0f, acc_up = 0.0f;
   auto use = [&](int u, const uint4(&chunks)[kStageChunks]) {
-    float d[4] = {};
-#pragma unroll
-    for (int step = 0; step < 2; ++step) {
-      uint32_t b[Sp::kValues / 2];
-      load_operand<W>(x_s, u * Sp::kStage + step * Sp::kStep + lane_k, b);
-      mma_step<W>(d, chunks[2 * step], chunks[2 * step + 1], b);
-    }
+    float d[4];
+    stage_product<W>(d, chunks, x_s + u * Sp::kStage + lane_k);
     // Every column of d is the tile's: d[0] row g (gate), d[2] row g + 8 (up).
     if constexpr (kFp8) {
       const float xs = x_scale_s[u];
@@ -274,14 +269,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) decode_down_kernel(const Decod
   float acc_lo = 0.0f, acc_hi = 0.0f;
   auto use = [&](const Unit& u, const uint4(&chunks)[kStageChunks]) {
     if (expert_s[u.j] >= E_local) return;  // warp-uniform; its chunks were zero-filled
-    const S* a2 = a2_s + u.j * n_pad + u.stage * Sp::kStage + lane_n;
-    float d[4] = {};
-#pragma unroll
-    for (int step = 0; step < 2; ++step) {
-      uint32_t b[Sp::kValues / 2];
-      load_operand<W>(a2, step * Sp::kStep, b);
-      mma_step<W>(d, chunks[2 * step], chunks[2 * step + 1], b);
-    }
+    float d[4];
+    stage_product<W>(d, chunks, a2_s + u.j * n_pad + u.stage * Sp::kStage + lane_n);
     const float fold = fold_s[u.j * folds + (kFp8 ? u.stage : 0)];
     acc_lo = fmaf(d[0], fold, acc_lo);
     acc_hi = fmaf(d[2], fold, acc_hi);
