@@ -59,7 +59,10 @@ LayerPlan make_plan(int64_t M, int64_t K, int64_t N, int64_t topk, size_t weight
   p.per_cta1 = static_cast<int>(std::min<int64_t>(ceil_div(tiles1, sms), INT32_MAX));
   p.per_cta2 = static_cast<int>(std::min<int64_t>(ceil_div(tiles2, sms), INT32_MAX));
   const int64_t folds = fp8 ? ceil_div(N, kGroup) : 1;
-  size_t at = kLayerWarps * ring_bytes_per_warp(kLayerDepth);
+  // The rings, then phase 1's buffers, and phase 2's over them (phase 2 writes its own only
+  // after phase 1's last read).
+  const size_t rings = kLayerWarps * ring_bytes_per_warp(kLayerDepth);
+  size_t at = rings;
   auto take = [&](size_t& offset, int64_t bytes) {
     offset = at;
     at += align16(static_cast<size_t>(bytes));
@@ -70,12 +73,14 @@ LayerPlan make_plan(int64_t M, int64_t K, int64_t N, int64_t topk, size_t weight
   take(p.expert1_off, int64_t{p.per_cta1} * 3 * 4);  // expert, pair, first feature
   take(p.red1_off, int64_t{p.per_cta1} * kTilePartials * 4);
   take(p.quantize_off, fp8 ? (int64_t{p.per_cta1} + 1) * 4 : 0);
+  const size_t phase1_end = at;
+  at = rings;
   take(p.a2_off, pairs * n_pad * 2);
   take(p.fold2_off, int64_t{p.per_cta2} * topk * folds * 4);
   take(p.expert2_off, pairs * 4);
   take(p.tile2_off, int64_t{p.per_cta2} * 2 * 4);  // token, first row
   take(p.red2_off, int64_t{p.per_cta2} * kTilePartials * 4);
-  p.bytes = at;
+  p.bytes = std::max(phase1_end, at);
   return p;
 }
 
@@ -92,6 +97,20 @@ __device__ __forceinline__ void grid_barrier(int32_t* count) {
     } while (seen < static_cast<int32_t>(gridDim.x));
   }
   __syncthreads();
+}
+
+// A warp's stages of a phase: one run of the CTA's stages (tiles in order, each tile's stages in
+// order), the runs of the 16 warps as even as can be. Round-robin stages (the separate kernels'
+// split of one tile) measured 1.3x slower here: with tiles of fewer than 32 stages every warp
+// changed tiles at almost every stage, and the lookups that a change costs were on each
+// stage's path (docs/perf.md, twenty-seventh session).
+struct Run {
+  int first, count;
+};
+__device__ __forceinline__ Run run_of_warp(int stages, int warp) {
+  const int first = static_cast<int>(int64_t{stages} * warp / kLayerWarps);
+  const int end = static_cast<int>(int64_t{stages} * (warp + 1) / kLayerWarps);
+  return {first, end - first};
 }
 
 template <typename Out>
@@ -144,20 +163,27 @@ __global__ void __launch_bounds__(kLayerWarps * 32, 1)
   struct Cursor1 {
     int tile, u;  // u: the stage along K
   };
+  // What a stage needs of its tile is looked up when the tile changes (a few times per warp:
+  // its stages are one run), not per stage.
+  int source_tile = -1;
+  bool source_local = false;
+  const W* source_rows[2] = {w13, w13};  // this lane's rows g (gate) and g + 8 (up) at lane_k
   auto source1 = [&](const Cursor1& c, int chunk, const void** src) {
-    const int32_t e = expert1_s[c.tile];
+    if (c.tile != source_tile) {
+      source_tile = c.tile;
+      const int32_t e = expert1_s[c.tile];
+      source_local = e < E_local;
+      const int64_t f = feature1(c.tile) + g, first = (source_local ? int64_t{e} : 0) * 2 * N;
+      source_rows[0] = w13 + (first + gate_column(a.gated_layout, f, N)) * K + lane_k;
+      source_rows[1] = w13 + (first + up_column(a.gated_layout, f, N)) * K + lane_k;
+    }
     const int k = c.u * Sp::kStage + (chunk / 2) * Sp::kStep;
-    const bool valid = e < E_local && k + lane_k < K;
-    const int64_t f = feature1(c.tile) + g;
-    const int64_t row = chunk % 2 == 0 ? gate_column(a.gated_layout, f, N)
-                                       : up_column(a.gated_layout, f, N);
-    *src = valid ? static_cast<const void*>(w13 + (int64_t{e} * 2 * N + row) * K + lane_k + k)
-                 : a.w13;
+    const bool valid = source_local && k + lane_k < K;
+    *src = valid ? static_cast<const void*>(source_rows[chunk % 2] + k) : a.w13;
     return valid;
   };
   auto next1 = [&](Cursor1& c) {
-    c.u += kLayerWarps;
-    while (c.u >= units1) c.u -= units1, ++c.tile;
+    if (++c.u == units1) c.u = 0, ++c.tile;
   };
   auto prologue1 = [&] {
     if constexpr (kFp8) {
@@ -199,29 +225,36 @@ __global__ void __launch_bounds__(kLayerWarps * 32, 1)
   };
   float acc_gate = 0.0f, acc_up = 0.0f;
   int acc_tile = -1;  // the tile the sums above belong to
+  bool use_local = false;
+  const S* use_x = x_s;               // the tile's token row at lane_k
+  const float* use_x_scale = x_scale_s;  // fp8: the token row's scales
+  const float* use_w_scale = scale1_s;   // fp8: the tile's gate scales, then its up scales
   auto use1 = [&](const Cursor1& c, const uint4(&chunks)[kStageChunks]) {
-    if (expert1_s[c.tile] >= E_local) return;  // warp-uniform; its h is never read
     if (c.tile != acc_tile) {
+      use_local = expert1_s[c.tile] < E_local;
+      if (!use_local) return;  // warp-uniform; its h is never read
       if (acc_tile >= 0) publish_partials(red1 + acc_tile * kTilePartials, warp, acc_gate, acc_up);
       acc_gate = acc_up = 0.0f;
       acc_tile = c.tile;
+      const int64_t t = pair1(c.tile) / topk;
+      use_x = x_s + t * k_pad + lane_k;
+      use_x_scale = x_scale_s + t * k_groups;
+      use_w_scale = scale1_s + c.tile * 2 * k_groups;
     }
-    const int64_t t = pair1(c.tile) / topk;
     float d[4];
-    stage_product<W>(d, chunks, x_s + t * k_pad + c.u * Sp::kStage + lane_k);
+    stage_product<W>(d, chunks, use_x + c.u * Sp::kStage);
     if constexpr (kFp8) {
-      const float xs = x_scale_s[t * k_groups + c.u];
-      const float* ws = scale1_s + c.tile * 2 * k_groups;
-      acc_gate = fmaf(d[0], xs * ws[c.u], acc_gate);
-      acc_up = fmaf(d[2], xs * ws[k_groups + c.u], acc_up);
+      const float xs = use_x_scale[c.u];
+      acc_gate = fmaf(d[0], xs * use_w_scale[c.u], acc_gate);
+      acc_up = fmaf(d[2], xs * use_w_scale[k_groups + c.u], acc_up);
     } else {
       acc_gate += d[0];
       acc_up += d[2];
     }
   };
-  stream_stages<kLayerDepth>(ring, stages_of_warp(n1 * units1, warp, kLayerWarps),
-                             Cursor1{warp / units1, warp % units1}, source1, next1, use1,
-                             prologue1);
+  const Run run1 = run_of_warp(n1 * units1, warp);
+  stream_stages<kLayerDepth>(ring, run1.count, Cursor1{run1.first / units1, run1.first % units1},
+                             source1, next1, use1, prologue1);
   if (acc_tile >= 0) publish_partials(red1 + acc_tile * kTilePartials, warp, acc_gate, acc_up);
   __syncthreads();
 
@@ -265,6 +298,8 @@ __global__ void __launch_bounds__(kLayerWarps * 32, 1)
     }
   }
 
+  __syncthreads();  // phase 1's shared memory is read for the last time above: phase 2's now
+
   // ---- phase 2: down tiles (token t, rows k0 .. k0 + rows2 - 1), tile i = cta + i * ctas.
   const int n2 = cta < p.tiles2 ? (p.tiles2 - cta + ctas - 1) / ctas : 0;
   const int n_stages = static_cast<int>(ceil_div(N, Sp::kStage));
@@ -305,19 +340,24 @@ __global__ void __launch_bounds__(kLayerWarps * 32, 1)
   struct Cursor2 {
     int tile, j, stage;  // j: the token's pair; stage: along N
   };
+  int source_tile2 = -1, source_j = -1;
+  const W* source_row = w2;  // this lane's row g of the tile in the pair's expert, at lane_n
   auto source2 = [&](const Cursor2& c, int chunk, const void** src) {
-    const int32_t e = expert2_s[token2(c.tile) * topk + c.j];
+    if (c.tile != source_tile2 || c.j != source_j) {
+      source_tile2 = c.tile, source_j = c.j;
+      const int32_t e = expert2_s[token2(c.tile) * topk + c.j];
+      source_local = e < E_local;
+      source_row = w2 + ((source_local ? int64_t{e} : 0) * K + row2(c.tile) + g) * N + lane_n;
+    }
     const int n = c.stage * Sp::kStage + (chunk / 2) * Sp::kStep;
     const int half = chunk % 2;  // rows g or g + 8 of the tile
-    const bool valid = e < E_local && n + lane_n < N && (half == 0 || rows2 == 16);
-    const int64_t row = row2(c.tile) + g + half * 8;
-    *src = valid ? static_cast<const void*>(w2 + (int64_t{e} * K + row) * N + lane_n + n) : a.w2;
+    const bool valid = source_local && n + lane_n < N && (half == 0 || rows2 == 16);
+    *src = valid ? static_cast<const void*>(source_row + half * 8 * N + n) : a.w2;
     return valid;
   };
   auto next2 = [&](Cursor2& c) {
-    c.stage += kLayerWarps;
-    while (c.stage >= n_stages) {
-      c.stage -= n_stages;
+    if (++c.stage == n_stages) {
+      c.stage = 0;
       if (++c.j == topk) c.j = 0, ++c.tile;
     }
   };
@@ -337,25 +377,35 @@ __global__ void __launch_bounds__(kLayerWarps * 32, 1)
   };
   float acc_lo = 0.0f, acc_hi = 0.0f;
   acc_tile = -1;
+  int use_j = -1;
+  const S* use_a2 = a2_s;         // the pair's operand row at lane_n
+  const float* use_fold = fold2_s;  // the (tile, pair)'s folds
   auto use2 = [&](const Cursor2& c, const uint4(&chunks)[kStageChunks]) {
-    const int64_t pair = token2(c.tile) * topk + c.j;
-    if (expert2_s[pair] >= E_local) return;  // warp-uniform; its chunks were zero-filled
-    if (c.tile != acc_tile) {
-      if (acc_tile >= 0) publish_partials(red2 + acc_tile * kTilePartials, warp, acc_lo, acc_hi);
-      acc_lo = acc_hi = 0.0f;
-      acc_tile = c.tile;
+    if (c.tile != acc_tile || c.j != use_j) {
+      const int64_t pair = token2(c.tile) * topk + c.j;
+      use_local = expert2_s[pair] < E_local;
+      if (!use_local) return;  // warp-uniform; its chunks were zero-filled
+      use_j = c.j;
+      if (c.tile != acc_tile) {
+        if (acc_tile >= 0) publish_partials(red2 + acc_tile * kTilePartials, warp, acc_lo, acc_hi);
+        acc_lo = acc_hi = 0.0f;
+        acc_tile = c.tile;
+      }
+      use_a2 = a2_s + pair * n_pad + lane_n;
+      use_fold = fold2_s + (c.tile * topk + c.j) * folds;
     }
     float d[4];
-    stage_product<W>(d, chunks, a2_s + pair * n_pad + c.stage * Sp::kStage + lane_n);
-    const float fold = fold2_s[(c.tile * topk + c.j) * folds + (kFp8 ? c.stage : 0)];
+    stage_product<W>(d, chunks, use_a2 + c.stage * Sp::kStage);
+    const float fold = use_fold[kFp8 ? c.stage : 0];
     acc_lo = fmaf(d[0], fold, acc_lo);
     acc_hi = fmaf(d[2], fold, acc_hi);
   };
   const int units2 = static_cast<int>(topk) * n_stages;
-  stream_stages<kLayerDepth>(
-      ring, stages_of_warp(n2 * units2, warp, kLayerWarps),
-      Cursor2{warp / units2, warp % units2 / n_stages, warp % n_stages}, source2, next2, use2,
-      prologue2);
+  const Run run2 = run_of_warp(n2 * units2, warp);
+  stream_stages<kLayerDepth>(ring, run2.count,
+                             Cursor2{run2.first / units2, run2.first % units2 / n_stages,
+                                     run2.first % n_stages},
+                             source2, next2, use2, prologue2);
   if (acc_tile >= 0) publish_partials(red2 + acc_tile * kTilePartials, warp, acc_lo, acc_hi);
   __syncthreads();
 

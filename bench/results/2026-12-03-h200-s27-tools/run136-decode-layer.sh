@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 27, call 2: the persistent decode layer (src/cuda/decode_layer.cu), first run on the GPU.
+# Session 27, calls 2 and 4: the persistent decode layer (src/cuda/decode_layer.cu), first run on the GPU.
 # Builds build-gpu (tests + bench), runs the decode tests (both MODMOE_DECODE_LAYER settings),
 # memcheck + racecheck over them, then times the standard models at M = 1, 4, 8 with the
 # layer (MODMOE_DECODE_LAYER=1) against the separate kernels (unset: the rule, off), alternated.
