@@ -331,7 +331,6 @@ DecodeMlpArgs decode_args(const MoEConfig& c, const ApplyArgs& a, int64_t M, voi
   d.h = ws.h;
   d.h_codes = ws.h_codes;
   d.h_scale = ws.h_scale;
-  d.counters = ws.counters;
   d.out = a.output.data();
   d.out_dtype = a.output.dtype();
   return d;

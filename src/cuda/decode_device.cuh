@@ -1,7 +1,7 @@
-// The decode path's device building blocks (decode_mlp.h), shared by its separate kernels
-// (decode_mlp.cu: gate_up, quantize_h, down) and the persistent layer (decode_layer.cu): the
-// tile's tensor-core step over weights streamed through a per-warp cp.async ring, the warps'
-// partial sums, and the staging of each GEMM's vector operand.
+// The decode path's device building blocks (decode_mlp.h), shared by its kernels
+// (decode_mlp.cu: gate_up, quantize_h, down): the tile's tensor-core step over weights streamed
+// through a per-warp cp.async ring, the warps' partial sums, and the staging of each GEMM's
+// vector operand.
 //
 // A 16-row tile of weights (gate_up: the gate and up rows of 8 features; down: 16 output rows)
 // is multiplied by one vector:
@@ -326,16 +326,15 @@ __device__ __forceinline__ void stage_token_row(const DecodeMlpArgs& a, int64_t 
 // fp8: one group of 128 values of pair `pair`'s row of h (fp32, as gate_up wrote it) quantized
 // by one warp — amax, scale and e4m3 codes exactly as quantize_rows computes them (NaN included:
 // the bit-pattern max makes a NaN group's scale NaN), codes past N zero (the padding of the last
-// group, which down's stages read) — into h_codes / h_scale. h is read past the L1 (ld.cg): in
-// the persistent layer other CTAs wrote it during this grid.
+// group, which down's stages read) — into h_codes / h_scale.
 __device__ __forceinline__ void quantize_h_group(const DecodeMlpArgs& a, int64_t pair,
                                                  int64_t grp) {
   const int lane = threadIdx.x % 32;
   const int64_t N = a.N, groups = ceil_div(N, kGroup), n_pad = groups * kGroup;
   const int64_t n = grp * kGroup + lane * 4;
   // N % 16 == 0: a lane's 4 values are all in the row or all out.
-  const float4 v = n < N ? __ldcg(reinterpret_cast<const float4*>(static_cast<const float*>(a.h) +
-                                                                  pair * N + n))
+  const float4 v = n < N ? *reinterpret_cast<const float4*>(static_cast<const float*>(a.h) +
+                                                            pair * N + n)
                          : make_float4(0.f, 0.f, 0.f, 0.f);
   uint32_t amax = max(max(abs_bits(v.x), abs_bits(v.y)), max(abs_bits(v.z), abs_bits(v.w)));
   amax = __reduce_max_sync(0xffffffffu, amax);
@@ -368,8 +367,8 @@ __device__ __forceinline__ void stage_h_rows(const DecodeMlpArgs& a, int64_t fir
       for (int r = 0; r < kFillLoads; ++r) {
         const int i = i0 + r * threads, j = i / row_chunks, c = i % row_chunks;
         const bool load = i < total && local(j);
-        v[r] = load ? __ldcg(reinterpret_cast<const uint4*>(a.h_codes + (first_pair + j) * n_pad +
-                                                            c * 16))
+        v[r] = load ? *reinterpret_cast<const uint4*>(a.h_codes + (first_pair + j) * n_pad +
+                                                     c * 16)
                     : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
@@ -399,7 +398,7 @@ __device__ __forceinline__ void stage_h_rows(const DecodeMlpArgs& a, int64_t fir
         const int i = i0 + r * threads, j = i / row_chunks, n = (i % row_chunks) * 8;
         // N % 16 == 0: a load's 8 values are all in the row or all out.
         const bool load = i < total && n < N && local(j);
-        v[r] = load ? __ldcg(reinterpret_cast<const uint4*>(h + (first_pair + j) * N + n))
+        v[r] = load ? *reinterpret_cast<const uint4*>(h + (first_pair + j) * N + n)
                     : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll

@@ -1,6 +1,5 @@
 // The decode path's separate kernels (see decode_mlp.h): gate_up and down, and with fp8 weights
-// quantize_h between them; their building blocks are in decode_device.cuh, and the persistent
-// layer that runs all three as one grid in decode_layer.cu.
+// quantize_h between them; their building blocks are in decode_device.cuh.
 //
 // gate_up and down are weight-streaming matrix-vector products built the same way: a CTA owns
 // one 16-row tile of the output (gate_up: the gate and up rows of 8 features of a pair; down: 16
@@ -20,7 +19,6 @@
 #include "cuda/byte_carver.h"
 #include "cuda/cuda_check.h"
 #include "cuda/decode_device.cuh"
-#include "cuda/decode_layer.h"
 #include "cuda/decode_mlp.h"
 #include "cuda/float_io.cuh"
 #include "modmoe/error.h"
@@ -420,18 +418,6 @@ bool programmatic_launch_available() {
          major >= 9;
 }
 
-// Whether decode_mlp runs the persistent layer (decode_layer.h) instead of the separate kernels:
-// MODMOE_DECODE_LAYER=1 wherever the layer can run, =0 never (read at each call, so that one
-// process can compare the two); unset: the rule below, from the H200's measurements
-// (docs/perf.md, twenty-seventh session).
-bool wants_decode_layer(const DecodeMlpArgs& a) {
-  const char* v = std::getenv("MODMOE_DECODE_LAYER");
-  const std::string setting = v ? v : "";
-  if (setting == "0") return false;
-  const bool preferred = setting == "1";
-  return preferred && decode_layer_unsupported(a).empty();
-}
-
 }  // namespace
 
 bool decode_mlp_config_fits(const MoEConfig& c) {
@@ -467,7 +453,6 @@ DecodeWorkspace carve_decode_workspace(void* base, const MoEConfig& c, int64_t M
     w.h_codes = carver.take<uint8_t>(pairs * groups * kGroup);
     w.h_scale = carver.take<float>(pairs * groups);
   }
-  w.counters = carver.take<int32_t>(decode_layer_counters(M, c.topk, N, c.quant.quantized()));
   w.bytes = carver.size();
   return w;
 }
@@ -498,7 +483,6 @@ void decode_mlp(const DecodeMlpArgs& a, cudaStream_t stream) {
         << "decode_mlp: x must have the weights' dtype " << dtype_name(a.w_dtype) << ", got "
         << dtype_name(a.x_dtype);
   }
-  if (wants_decode_layer(a)) return decode_layer(a, stream);
   const SharedLimits limits = device_limits();
   const DecodeShapes shapes = decode_shapes(a.M, a.K, a.N, a.topk, dtype_size(a.w_dtype), limits);
   MODMOE_CHECK(shapes.fits()) << "decode_mlp: K = " << a.K << ", N = " << a.N

@@ -34,9 +34,11 @@
 // twenty-first session); down's the most of 16, 8, 4 that run its grid in one wave
 // (decode_shapes; twenty-second session).
 //
-// decode_mlp may run all of it as one persistent grid instead (decode_layer.h: the same
-// stages and numerics, one grid barrier where the kernel boundaries were), where that layer
-// can run and MODMOE_DECODE_LAYER or the rule in decode_mlp.cu asks for it.
+// One persistent grid for all three (a cooperative launch, a grid barrier where the kernel
+// boundaries are) was built and measured 1.07-1.31x slower at M = 1-8 (docs/perf.md,
+// twenty-seventh and twenty-eighth sessions: its prologue and the chain between its phases
+// cost more than the kernel boundaries, which programmatic dependent launch already overlaps);
+// it was removed (git: src/cuda/decode_layer.cu at 143d862).
 //
 // Each weight row a CTA needs is read once per pair: a pair's expert is read again by every
 // other pair routed to it, which at <= 1 pair per expert mostly hits the L2 (those CTAs run
@@ -88,9 +90,6 @@ struct DecodeMlpArgs {
   void* h = nullptr;
   uint8_t* h_codes = nullptr;
   float* h_scale = nullptr;
-  // The persistent layer's counters (decode_layer.h): its grid barrier and, with fp8 weights,
-  // one per (pair, group of 128 of h); it zeroes them itself. Unused by the separate kernels.
-  int32_t* counters = nullptr;
   void* out = nullptr;  // (M, K) in out_dtype (bf16, fp16, fp32)
   DType out_dtype = DType::bf16;
 };
@@ -108,7 +107,6 @@ struct DecodeWorkspace {
   void* h = nullptr;
   uint8_t* h_codes = nullptr;  // fp8 only
   float* h_scale = nullptr;    // fp8 only
-  int32_t* counters = nullptr;
   size_t bytes = 0;
 };
 DecodeWorkspace carve_decode_workspace(void* base, const MoEConfig& c, int64_t M);

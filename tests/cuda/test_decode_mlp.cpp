@@ -8,18 +8,14 @@
 #include <memory>
 #include <ostream>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "cuda/cuda_experts.h"
 #include "cuda/cuda_session.h"
-#include "cuda/decode_layer.h"
 #include "cuda/gpu_forward.h"
 #include "cuda/gpu_test.h"
 #include "modmoe/modmoe.h"
 #include "oracle/oracle.h"
 #include "oracle/problem.h"
-#include "scoped_env.h"
 
 namespace modmoe {
 namespace {
@@ -27,12 +23,6 @@ namespace {
 using cuda::CudaExperts;
 using DecodePath = CudaExperts::DecodePath;
 using testing::CudaSession;
-using testing::ScopedEnv;
-
-// MODMOE_DECODE_LAYER's two settings: the separate kernels ("0") and the persistent layer ("1",
-// where decode_layer_unsupported accepts the sizes; DecodeMlp.PersistentLayerRunsTheseSizes
-// checks that it does).
-constexpr const char* kLayerSettings[] = {"0", "1"};
 
 struct DecodeCase {
   const char* name;
@@ -63,7 +53,7 @@ testing::ProblemSpec spec_for(const DecodeCase& c) {
 class DecodeMlp : public ::testing::TestWithParam<DecodeCase> {};
 
 // DecodePath::always, so an M above the automatic threshold (several pairs per expert) runs
-// the decode kernels too; each case through the separate kernels and the persistent layer.
+// the decode kernels too.
 TEST_P(DecodeMlp, MatchesTheOracle) {
   MODMOE_REQUIRE_GPU();
   CudaSession s;
@@ -71,29 +61,11 @@ TEST_P(DecodeMlp, MatchesTheOracle) {
   const testing::Problem p = testing::make_problem(spec_for(c));
   auto experts = std::make_shared<CudaExperts>(p.spec.config, true, DecodePath::always);
   ASSERT_TRUE(experts->runs_decode(c.M));
-  const std::vector<double> ref = oracle::moe_forward(p.oracle_inputs());
+  const OwnedTensor out = testing::forward_on_gpu(s, p, experts, s.ctx());
+  const oracle::ErrorReport err =
+      oracle::compare(out, oracle::moe_forward(p.oracle_inputs()), p.topk_ids, p.expert_map);
   const double tol = c.scheme == QuantScheme::none ? 1e-2 : 3e-2;
-  for (const char* layer : kLayerSettings) {
-    const ScopedEnv env("MODMOE_DECODE_LAYER", layer);
-    const OwnedTensor out = testing::forward_on_gpu(s, p, experts, s.ctx());
-    const oracle::ErrorReport err = oracle::compare(out, ref, p.topk_ids, p.expert_map);
-    EXPECT_TRUE(err.passed(tol)) << p.spec.str() << ", MODMOE_DECODE_LAYER=" << layer << ": "
-                                 << err.str();
-  }
-}
-
-// The persistent layer takes every case above on a GPU with the shared memory of an A100 or
-// H100 and more (its rings alone are 128 KiB per CTA; sm_86 / sm_89 take the separate kernels).
-TEST_P(DecodeMlp, PersistentLayerRunsTheseSizes) {
-  MODMOE_REQUIRE_GPU();
-  int device = 0, per_block = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-            cudaSuccess);
-  if (per_block < 160 * 1024) GTEST_SKIP() << "the device grants " << per_block << " bytes per CTA";
-  const DecodeCase& c = GetParam();
-  const DType w = c.scheme == QuantScheme::fp8_block ? DType::fp8_e4m3 : c.dtype;
-  EXPECT_EQ(cuda::decode_layer_unsupported(c.M, c.K, c.N, c.topk, w), "") << c.name;
+  EXPECT_TRUE(err.passed(tol)) << p.spec.str() << ": " << err.str();
 }
 
 // With dynamic fp8-block and 16-bit inputs the NoEP prepare leaves the rows unquantized and
@@ -106,10 +78,7 @@ TEST_P(DecodeMlp, SameBytesWhetherThePrepareOrTheExpertsQuantize) {
   const DecodeCase& c = GetParam();
   const testing::Problem p = testing::make_problem(spec_for(c));
   const MoEConfig& cfg = p.spec.config;
-  for (const auto& [path, layer] : {std::pair{DecodePath::always, "0"},
-                                    std::pair{DecodePath::always, "1"},
-                                    std::pair{DecodePath::automatic, "0"}}) {
-    const ScopedEnv env("MODMOE_DECODE_LAYER", layer);
+  for (DecodePath path : {DecodePath::always, DecodePath::automatic}) {
     auto experts = std::make_shared<CudaExperts>(cfg, true, path);
     const bool expects = c.scheme == QuantScheme::fp8_block && c.dtype != DType::fp32;
     EXPECT_EQ(experts->expects_unquantized_input(), expects) << p.spec.str();
@@ -117,8 +86,7 @@ TEST_P(DecodeMlp, SameBytesWhetherThePrepareOrTheExpertsQuantize) {
     const OwnedTensor quantized = testing::forward_on_gpu(
         s, p, experts, s.ctx(), std::make_shared<testing::QuantizingNoEP>(cfg));
     EXPECT_EQ(testing::bytes_of(deferred), testing::bytes_of(quantized))
-        << p.spec.str() << " (" << experts->route(c.M) << ", MODMOE_DECODE_LAYER=" << layer
-        << ")";
+        << p.spec.str() << " (" << experts->route(c.M) << ")";
   }
 }
 

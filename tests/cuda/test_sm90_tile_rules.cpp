@@ -16,13 +16,11 @@
 #include "modmoe/error.h"
 #include "modmoe/quant.h"
 #include "oracle/problem.h"
-#include "scoped_env.h"
 
 namespace modmoe {
 namespace {
 
 namespace sm90 = cuda::sm90;
-using testing::ScopedEnv;
 
 constexpr int kSms = 132;
 
@@ -138,6 +136,36 @@ TEST(Sm90TileRules, SwappedTileRunsPlainBf16GemmsOnly) {
   fp8.tile = "144x256";
   EXPECT_THAT(sm90::can_implement(fp8), ::testing::HasSubstr("is not built for fp8_e4m3"));
 }
+
+// Sets (value) or unsets (nullptr) an environment variable for one scope, then restores what
+// was there (POSIX setenv; the tests run in one thread).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* before = std::getenv(name);
+    had_ = before != nullptr;
+    if (had_) before_ = before;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, before_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string before_;
+};
 
 // MODMOE_SM90_TILE_GATED / _PLAIN, the developer's override for tile studies: the tile gated /
 // plain GEMMs start from instead of the heuristic's, each variable for its kind only, stepped
