@@ -35,7 +35,7 @@
 // (decode_shapes; twenty-second session).
 //
 // One persistent grid for all three (a cooperative launch, a grid barrier where the kernel
-// boundaries are) was built and measured 1.07-1.31x slower at M = 1-8 (docs/perf.md,
+// boundaries are) was built and measured 1.02-1.31x slower at M = 1 (docs/perf.md,
 // twenty-seventh and twenty-eighth sessions: its prologue and the chain between its phases
 // cost more than the kernel boundaries, which programmatic dependent launch already overlaps);
 // it was removed (git: src/cuda/decode_layer.cu at 143d862).
