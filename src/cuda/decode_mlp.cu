@@ -1,4 +1,4 @@
-// The decode path's separate kernels (see decode_mlp.h): gate_up and down, and with fp8 weights
+// The decode path's kernels (see decode_mlp.h): gate_up and down, and with fp8 weights
 // quantize_h between them; their building blocks are in decode_device.cuh.
 //
 // gate_up and down are weight-streaming matrix-vector products built the same way: a CTA owns
