@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Session 29: cost and accuracy of act(gate)*up forms for the gated epilogue (sigmoid_bench.cu).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."  # the repository root (as run: from build-run/, one level up)
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv | tee "$OUT/gpu.txt"
-nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 build-run/sigmoid_bench.cu -o /tmp/sb 2>&1 | tail -3
+nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 bench/results/2026-12-04-h200-s29-tools/sigmoid_bench.cu -o /tmp/sb 2>&1 | tail -3
 /tmp/sb | tee "$OUT/sigmoid-bench.txt"
 cuobjdump -sass /tmp/sb > /tmp/sb.sass 2>&1
 for f in 0 1 3 4; do

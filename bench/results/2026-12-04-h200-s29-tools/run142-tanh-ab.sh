@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 29 call 2: the gated epilogue's sigmoid as one tanh.approx (working tree) against HEAD.
-# Here first: `scripts/gpu-ab prepare HEAD`; carry .deps, .ab-base and build-run.
+# Here first: `scripts/gpu-ab prepare HEAD` (the base: 02a36fd); carry .deps and .ab-base.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."  # the repository root (as run: from build-run/, one level up)
 scripts/gpu-ab run --tests '*Sm90*:Routes/*:*GraphCapture*:CudaPairs*:*Activation*' \
   --bench "--shapes standard --ms 128,1024,8192 --quants fp8-block,none --no-baseline" --alternate > "$OUT/run.log" 2>&1
 rc=$?

@@ -2,7 +2,7 @@
 # Session 29 call 3: gpu-check of e692e76 (the tanh sigmoid), then the Hopper GEMMs' pipes at
 # Qwen3.5 fp8 M = 8192 under ncu (what bounds GEMM1 / GEMM2 now).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."  # the repository root (as run: from build-run/, one level up)
 MODMOE_GPU_CHECK_BUDGET=470 \
 MODMOE_MEMCHECK_FILTER='Sm90GemmUnaligned.*:CudaPairs/GraphCapture.*:Cases/DecodeMlp.*:CudaQuant.*:CudaReduce.*:CudaBatched.*:Routes/Sm90ExpertsQuantizeInput.*:CudaPermutePaths.*:CudaFastActivation.*' \
 MODMOE_RACECHECK_FILTER='Cases/DecodeMlp.*:Routes/Sm90ExpertsQuantizeInput.*:CudaPermutePaths.SingleBlock*:CudaPermutePaths.Automatic*:Sm90GemmUnaligned.Bf16Swapped*' \

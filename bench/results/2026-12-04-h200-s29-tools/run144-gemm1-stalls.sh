@@ -2,7 +2,7 @@
 # Session 29 call 4: what bounds the Hopper GEMMs at Qwen3.5 fp8 M = 8192 after the tanh sigmoid
 # (warp states, pipes). Uses call 3's build-gpu if present, else builds modmoe-profile.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."  # the repository root (as run: from build-run/, one level up)
 export PATH="$PATH:/usr/local/cuda/bin"
 if [ ! -x build-gpu/tools/modmoe-profile ]; then
   scripts/gpu-build --build build-gpu --jobs 16 modmoe-profile > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
