@@ -15,18 +15,18 @@ namespace modmoe::cuda {
 // expert that path cost the fused fp8 FC1 a quarter of its time (ncu, H200, 2026-11-30). The
 // reciprocal's slow path needs 1 + exp(-a x) out of range (a x < -87); one more rounding.
 //
-// kFast (the Hopper GEMM epilogue, whose outputs are mostly rounded to bf16/fp8): one MUFU
-// instruction per element, x sigmoid(a x) = h + h tanh(a h) with h = x / 2 (tanh.approx), where
-// the exponential and the reciprocal took two. The MUFU unit does 16 operations per clock per SM,
-// an eighth of the fp32 rate, and it bounds the gated epilogue: in an epilogue-like loop (64
-// elements per thread, the row amax, the e4m3 pair conversion) the
-// exp2 + reciprocal form took 20.4 cycles per warp-element and this one 12.3; a Newton reciprocal
-// on the fma pipe instead of MUFU.RCP took 16-20 (more instructions to issue). Measured error
-// (H200, 2^20 points in [-20, 20]): at most 4.2e-6 of |gate| (the exp2 form 5.1e-7), relative
-// 4.5e-6 for x > 0, 9.5e-5 for -6 <= x < 0, 8.8e-3 for -10 <= x < -6 (where |x sigmoid(x)| <
-// 0.015), all below the bf16 rounding of the product (2^-9 of |gate * up|). perf.md,
-// twenty-ninth session. x = -inf gives NaN (h + h * -1), as the exact form (-inf * 0); +inf, inf;
-// exact zeros (rows past an expert's end) 0, with no slow path.
+// kFast (the Hopper GEMM epilogue, whose outputs are rounded to bf16/fp8): one MUFU instruction
+// per element, x sigmoid(a x) = h + h tanh(a h) with h = x / 2 (tanh.approx), where exp2 and a
+// reciprocal took two. The MUFU unit does 16 operations per clock per SM, an eighth of the fp32
+// rate, and it paced the gated epilogue: in an epilogue-like loop (64 elements per thread, the
+// row amax, the e4m3 pair conversion) the exp2 + reciprocal form took 20.4 cycles per
+// warp-element and this one 12.3; a Newton reciprocal on the fma pipe instead of MUFU.RCP took
+// 16-20 (more instructions to issue). Measured error (H200, 2^20 gates in [-20, 20]): at most
+// 4.2e-6 of |gate * up| (the exp2 form 5.1e-7), under 2^-9 of it (bf16's rounding) everywhere;
+// relative to the result 4.5e-6 for x > 0, 9.5e-5 for -6 <= x < 0 and 8.8e-3 for -10 <= x < -6,
+// where |x sigmoid(x)| < 0.015 (perf.md, twenty-ninth session; CudaFastActivation.* holds it to
+// 2e-5). x = -inf gives NaN (h + h * -1), as the exact form (-inf * 0); +inf gives inf; exact
+// zeros (rows past an expert's end) give 0, with no slow path.
 template <bool kFast = false>
 __device__ __forceinline__ float times_sigmoid(float x, float a) {
   if constexpr (kFast) {
