@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/activation_device.cuh"
+#include "cuda/cuda_session.h"
 #include "cuda/gpu_test.h"
 #include "modmoe/activation.h"
 
@@ -23,29 +24,28 @@ __global__ void fast_gated_kernel(Activation act, const float* gate, const float
   if (i < n) out[i] = cuda::gated_function<true>(act, gate[i], up[i]);
 }
 
-std::vector<float> run_fast(Activation act, const std::vector<float>& gate,
-                            const std::vector<float>& up) {
-  const int n = static_cast<int>(gate.size());
-  float *d_gate = nullptr, *d_up = nullptr, *d_out = nullptr;
-  EXPECT_EQ(cudaMalloc(&d_gate, n * sizeof(float)), cudaSuccess);
-  EXPECT_EQ(cudaMalloc(&d_up, n * sizeof(float)), cudaSuccess);
-  EXPECT_EQ(cudaMalloc(&d_out, n * sizeof(float)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d_gate, gate.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+// gated_function<true>(act, gate[i], up[i]) on the device, into a NaN-poisoned out.
+std::vector<float> run_fast(const testing::CudaSession& gpu, Activation act,
+                            const std::vector<float>& gate, const std::vector<float>& up) {
+  const int64_t n = static_cast<int64_t>(gate.size());
+  OwnedTensor gate_h = host_tensor(DType::fp32, {n}), up_h = host_tensor(DType::fp32, {n});
+  std::copy(gate.begin(), gate.end(), gate_h.data_ptr<float>());
+  std::copy(up.begin(), up.end(), up_h.data_ptr<float>());
+  const OwnedTensor gate_d = gpu.to_device(gate_h), up_d = gpu.to_device(up_h);
+  const OwnedTensor out_d = gpu.empty(DType::fp32, {n});
+  EXPECT_EQ(cudaMemsetAsync(out_d.tensor().data(), 0xFF, n * sizeof(float), gpu.stream()),
             cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d_up, up.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  EXPECT_EQ(cudaMemset(d_out, 0xFF, n * sizeof(float)), cudaSuccess);  // poison: NaN
-  fast_gated_kernel<<<(n + 255) / 256, 256>>>(act, d_gate, d_up, d_out, n);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> out(n);
-  EXPECT_EQ(cudaMemcpy(out.data(), d_out, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  cudaFree(d_gate);
-  cudaFree(d_up);
-  cudaFree(d_out);
-  return out;
+  fast_gated_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, gpu.stream()>>>(
+      act, gate_d.data_ptr<float>(), up_d.data_ptr<float>(), out_d.data_ptr<float>(),
+      static_cast<int>(n));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  const OwnedTensor out_h = gpu.to_host(out_d.tensor());
+  return std::vector<float>(out_h.data_ptr<float>(), out_h.data_ptr<float>() + n);
 }
 
 TEST(CudaFastActivation, SigmoidFormsStayWithinTheirErrorBound) {
   MODMOE_REQUIRE_GPU();
+  testing::CudaSession gpu;
   // Gates over [-24, 24] (every 2^-10; past swigluoai's clamp of 7), ups of both signs.
   std::vector<float> gate, up;
   for (int i = -24 * 1024; i <= 24 * 1024; ++i) {
@@ -54,7 +54,7 @@ TEST(CudaFastActivation, SigmoidFormsStayWithinTheirErrorBound) {
   }
   for (Activation act : {Activation::silu, Activation::swigluoai}) {
     SCOPED_TRACE(activation_name(act));
-    const std::vector<float> got = run_fast(act, gate, up);
+    const std::vector<float> got = run_fast(gpu, act, gate, up);
     double worst = 0.0;
     for (size_t i = 0; i < gate.size(); ++i) {
       const double g = gate[i], u = up[i];
@@ -79,13 +79,14 @@ TEST(CudaFastActivation, SigmoidFormsStayWithinTheirErrorBound) {
 
 TEST(CudaFastActivation, SpecialValuesAsTheExactFormula) {
   MODMOE_REQUIRE_GPU();
+  testing::CudaSession gpu;
   const float inf = std::numeric_limits<float>::infinity(),
               nan = std::numeric_limits<float>::quiet_NaN();
   // gate, up: exact zeros give 0 (no slow path, no NaN); -inf gives NaN as -inf * sigmoid(-inf)
   // = -inf * 0 does; +inf gives inf; a NaN gate gives NaN.
   const std::vector<float> gate = {0.0f, 0.0f, -0.0f, -inf, inf, nan, -100.0f};
   const std::vector<float> up = {0.0f, 3.0f, 0.0f, 1.0f, 1.0f, 1.0f, 1.0f};
-  const std::vector<float> got = run_fast(Activation::silu, gate, up);
+  const std::vector<float> got = run_fast(gpu, Activation::silu, gate, up);
   EXPECT_EQ(got[0], 0.0f);
   EXPECT_EQ(got[1], 0.0f);
   EXPECT_EQ(got[2], 0.0f);
