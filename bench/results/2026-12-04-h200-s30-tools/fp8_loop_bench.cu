@@ -60,32 +60,9 @@ constexpr int kTileN[kVariants] = {256, 256, 256, 192, 192, 128, 128, 192, 128, 
 
 // The device code exists in the sm_90a pass only (the project's wgmma headers are guarded so).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// E4<N>: the project's Wgmma<N, true> (64, 128), and 96 / 192 from fp8_loop_bench_wgmma.cuh.
 template <int N>
-struct E4;
-template <>
-struct E4<64> {
-  static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b, bool c) {
-    wgmma_m64n64k32_e4m3(d, a, b, c);
-  }
-};
-template <>
-struct E4<96> {
-  static __device__ __forceinline__ void run(float (&d)[48], uint64_t a, uint64_t b, bool c) {
-    wgmma_m64n96k32_e4m3(d, a, b, c);
-  }
-};
-template <>
-struct E4<128> {
-  static __device__ __forceinline__ void run(float (&d)[64], uint64_t a, uint64_t b, bool c) {
-    wgmma_m64n128k32_e4m3(d, a, b, c);
-  }
-};
-template <>
-struct E4<192> {
-  static __device__ __forceinline__ void run(float (&d)[96], uint64_t a, uint64_t b, bool c) {
-    wgmma_m64n192k32_e4m3(d, a, b, c);
-  }
-};
+using E4 = Wgmma<N, true>;
 
 template <int kN>
 __device__ __forceinline__ void promote(float (&acc)[kN], const float (&part)[kN], float lo,

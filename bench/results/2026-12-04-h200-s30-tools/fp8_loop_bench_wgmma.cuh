@@ -3,6 +3,12 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/sm90/sm90_wgmma.cuh"  // Wgmma<N, kFp8>, specialized below for N = 96, 192
+
+namespace modmoe::cuda::sm90 {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
 // D(64x96, fp32) {+}= A(64x32) * B(96x32)^T, both e4m3 K-major in shared memory.
 __device__ __forceinline__ void wgmma_m64n96k32_e4m3(float (&d)[48], uint64_t desc_a,
                                                           uint64_t desc_b, bool accumulate) {
@@ -48,3 +54,20 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float (&d)[64], const u
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
 }
+
+template <>
+struct Wgmma<96, true> {
+  static __device__ __forceinline__ void run(float (&d)[48], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n96k32_e4m3(d, a, b, acc);
+  }
+};
+template <>
+struct Wgmma<192, true> {
+  static __device__ __forceinline__ void run(float (&d)[96], uint64_t a, uint64_t b, bool acc) {
+    wgmma_m64n192k32_e4m3(d, a, b, acc);
+  }
+};
+
+#endif  // sm_90a
+
+}  // namespace modmoe::cuda::sm90
