@@ -2,10 +2,12 @@
 // cores, schedule by schedule. The operands sit in shared memory already (no TMA, no producer,
 // no barrier waits, no epilogue): what is left is the consumers' own loop — wgmmas, waits,
 // scale loads, promotion — with two consumer warpgroups per SM and setmaxnreg 232 as in the
-// Hopper kernel (sm90_gemm_kernel.cuh). It says how fast each schedule could be at best, not
-// how fast a GEMM built on it will be (the stage traffic and the epilogue come on top).
+// Hopper kernel (sm90_gemm_kernel.cuh), whose promotion (promote_half) it calls. It says how
+// fast each schedule could be at best, not how fast a GEMM built on it will be (the stage
+// traffic and the epilogue come on top). (Calls 1, 3 and 4 ran an identical copy of
+// promote_half, written out here; it is called since the review.)
 //
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Xptxas -v \
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Xptxas -v \
 //        bench/results/2026-12-04-h200-s30-tools/fp8_loop_bench.cu -o fp8_loop_bench
 #include <cuda_runtime.h>
 
@@ -13,8 +15,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "cuda/sm90/sm90_ptx.cuh"
-#include "cuda/sm90/sm90_wgmma.cuh"
+#include "cuda/sm90/sm90_gemm_kernel.cuh"  // promote_half, and the ptx / wgmma wrappers
 #include "fp8_loop_bench_wgmma.cuh"
 
 using namespace modmoe::cuda::sm90;
@@ -63,18 +64,6 @@ constexpr int kTileN[kVariants] = {256, 256, 256, 192, 192, 128, 128, 192, 128, 
 // E4<N>: the project's Wgmma<N, true> (64, 128), and 96 / 192 from fp8_loop_bench_wgmma.cuh.
 template <int N>
 using E4 = Wgmma<N, true>;
-
-template <int kN>
-__device__ __forceinline__ void promote(float (&acc)[kN], const float (&part)[kN], float lo,
-                                        float hi) {
-#pragma unroll
-  for (int i = 0; i < kN; i += 4) {
-    acc[i + 0] = fmaf(part[i + 0], lo, acc[i + 0]);
-    acc[i + 1] = fmaf(part[i + 1], lo, acc[i + 1]);
-    acc[i + 2] = fmaf(part[i + 2], hi, acc[i + 2]);
-    acc[i + 3] = fmaf(part[i + 3], hi, acc[i + 3]);
-  }
-}
 
 // A 192-column consumer's columns span two 128-column weight blocks; its boundary lies at a
 // 64-column step (0, 64 or 128 columns in, by the tile's position): each 16-accumulator chunk
@@ -165,7 +154,7 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
             wgmma_wait<0>();
             fence_accumulators(part);
             const float s_b = h == 0 ? sb0 : sb1;
-            promote(acc[h], part, sa_lo * s_b, sa_hi * s_b);
+            promote_half(acc[h], part, sa_lo * s_b, sa_hi * s_b);
           }
         } else if constexpr (V == kHalves256Unscaled) {
 #pragma unroll
@@ -230,7 +219,7 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
           wgmma_wait<0>();
           fence_accumulators(part);
           const float s_b = h == 0 ? sb0 : sb1;
-          promote(acc[h], part, sa_lo * s_b, sa_hi * s_b);
+          promote_half(acc[h], part, sa_lo * s_b, sa_hi * s_b);
         }
         if (++stage == kStages) stage = 0;
         count_block();
@@ -259,10 +248,10 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
         wgmma_commit();
         wgmma_wait<1>();
         fence_accumulators(p0);
-        promote(acc, p0, lo0, hi0);
+        promote_half(acc, p0, lo0, hi0);
         wgmma_wait<0>();
         fence_accumulators(p1);
-        promote(acc, p1, lo1, hi1);
+        promote_half(acc, p1, lo1, hi1);
         stage = st1 + 1 == kStages ? 0 : st1 + 1;
         count_block();
         count_block();
@@ -296,13 +285,13 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
         if (++stage == kStages) stage = 0;
         wgmma_wait<1>();
         fence_accumulators(p0);
-        promote(acc, p0, lo, hi);
+        promote_half(acc, p0, lo, hi);
         scale(kb + 1, lo, hi);
         issue(p0, stage);
         if (++stage == kStages) stage = 0;
         wgmma_wait<1>();
         fence_accumulators(p1);
-        promote(acc, p1, lo, hi);
+        promote_half(acc, p1, lo, hi);
       }
       float lo, hi;
       scale(kb, lo, hi);
@@ -310,11 +299,11 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
       if (++stage == kStages) stage = 0;
       wgmma_wait<1>();
       fence_accumulators(p0);
-      promote(acc, p0, lo, hi);
+      promote_half(acc, p0, lo, hi);
       scale(kb + 1, lo, hi);
       wgmma_wait<0>();
       fence_accumulators(p1);
-      promote(acc, p1, lo, hi);
+      promote_half(acc, p1, lo, hi);
       sink(out, acc, flag);
     } else if constexpr (V == kInPlace192) {
       float acc[96];
@@ -372,7 +361,7 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
               promote_chunks(acc[h], slice, h * kHalf / 16, boundary, sa_lo * sb0, sa_hi * sb0,
                              sa_lo * sb1, sa_hi * sb1);
             else
-              promote(acc[h], slice, sa_lo * sb0, sa_hi * sb0);
+              promote_half(acc[h], slice, sa_lo * sb0, sa_hi * sb0);
           }
         } else {
           float part[2][kHalf];
@@ -394,7 +383,7 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
               promote_chunks(acc[h], part[h], h * kHalf / 16, boundary, sa_lo * sb0, sa_hi * sb0,
                              sa_lo * sb1, sa_hi * sb1);
             else
-              promote(acc[h], part[h], sa_lo * sb0, sa_hi * sb0);
+              promote_half(acc[h], part[h], sa_lo * sb0, sa_hi * sb0);
           }
         }
         sa_lo = n_lo, sa_hi = n_hi, sb0 = n_b0, sb1 = n_b1;

@@ -4,7 +4,7 @@ set -u
 cd "$(dirname "$0")/../../.."  # the repository root
 T=bench/results/2026-12-04-h200-s30-tools
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv | tee "$OUT/gpu.txt"
-nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Xptxas -v $T/fp8_loop_bench.cu \
+nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Xptxas -v $T/fp8_loop_bench.cu \
   -o /tmp/flb > "$OUT/ptxas.txt" 2>&1 || { tail -20 "$OUT/ptxas.txt"; exit 1; }
 grep -c C75 "$OUT/ptxas.txt"
 /tmp/flb | tee "$OUT/fp8-loop-bench.txt"
