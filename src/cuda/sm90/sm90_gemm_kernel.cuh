@@ -609,8 +609,10 @@ __device__ __forceinline__ void promote_half_split(float (&acc)[kN], const float
   }
 }
 
-// Consumers of <= 128 columns: both halves' wgmmas of a K block into one product buffer, one
-// wait, then the promotion.
+// The 64-row tiles' consumers of <= 128 columns (64x128, 64x64, decode-sized: their weight
+// stream sets the pace): both halves' wgmmas of a K block into one product buffer, one wait,
+// then the promotion. (In pairs, fp8_main_loop_paired, a pair holds its first stage until the
+// second has arrived: one stage fewer in flight for the stream.)
 template <class C>
 __device__ __forceinline__ void fp8_main_loop_together(const KernelParams& p,
                                                        const OperandFields& f, Control& ctl,
@@ -638,6 +640,57 @@ __device__ __forceinline__ void fp8_main_loop_together(const KernelParams& p,
     promote_half(acc[0], part[0], sa_lo * sb0, sa_hi * sb0);
     promote_half(acc[1], part[1], sa_lo * sb1, sa_hi * sb1);
     sa_lo = next_sa_lo, sa_hi = next_sa_hi, sb0 = next_sb0, sb1 = next_sb1;
+  }
+}
+
+// The 128x128 tile's consumers (64x128 each: prefill-sized, where the tensor cores set the
+// pace): K blocks in pairs, each block's wgmmas (both halves) into a product buffer of its own;
+// block kb is waited for and promoted while block kb + 1's wgmmas run, then block kb + 1; an
+// odd last block runs alone. Each pair's scales are loaded before its stages' waits. (One block per wait, the loop before this one, left the tensor cores idle
+// through each promotion unless the other consumer filled them: 1.3-1.6x the ideal time per K
+// block in a microbenchmark of the loop alone, against 1.1x paired; perf.md, thirtieth
+// session. Block kb + 1 issued before block kb was waited for across the loop's back edge, the
+// fully pipelined form, made ptxas serialize every wgmma (C7514; 2026-11-29, and the
+// microbenchmark's pipelined128): here no wgmma is in flight at a branch.)
+template <class C>
+__device__ __forceinline__ void fp8_main_loop_paired(const KernelParams& p, const OperandFields& f,
+                                                     Control& ctl, ScaleCursor c,
+                                                     float (&acc)[2][C::kHalfAcc], int& stage,
+                                                     uint32_t& phase) {
+  float part0[2][C::kHalfAcc], part1[2][C::kHalfAcc];
+  // s = {row r_lo, row r_lo + 8, weight block of half 0, of half 1} of the cursor's K block.
+  const auto load_scales = [&](float(&s)[4]) {
+    s[0] = __ldg(c.a[0]), s[1] = __ldg(c.a[1]), s[2] = __ldg(c.b[0]), s[3] = __ldg(c.b[1]);
+    c.a[0] += c.a_step, c.a[1] += c.a_step, c.b[0] += c.b_step, c.b[1] += c.b_step;
+  };
+  const auto retire = [&](float(&part)[2][C::kHalfAcc], const float(&s)[4], int its_stage) {
+    fence_accumulators(part[0]);
+    fence_accumulators(part[1]);
+    release_stage(ctl, its_stage);
+    promote_half(acc[0], part[0], s[0] * s[2], s[1] * s[2]);
+    promote_half(acc[1], part[1], s[0] * s[3], s[1] * s[3]);
+  };
+  int kb = 0;
+  for (; kb + 1 < p.num_k_blocks; kb += 2) {
+    float s0[4], s1[4];
+    load_scales(s0);
+    load_scales(s1);
+    const int first = stage;
+    issue_k_block<C>(part0, f, ctl, stage, phase, false);
+    const int second = stage;
+    issue_k_block<C>(part1, f, ctl, stage, phase, false);
+    wgmma_wait<1>();
+    retire(part0, s0, first);
+    wgmma_wait<0>();
+    retire(part1, s1, second);
+  }
+  if (kb < p.num_k_blocks) {
+    float s0[4];
+    load_scales(s0);
+    const int first = stage;
+    issue_k_block<C>(part0, f, ctl, stage, phase, false);
+    wgmma_wait<0>();
+    retire(part0, s0, first);
   }
 }
 
@@ -713,6 +766,8 @@ __device__ __forceinline__ void fp8_main_loop(const KernelParams& p, const Opera
                                               uint32_t& phase) {
   if constexpr (C::kHalfAcc > 32) {
     fp8_main_loop_by_halves<C>(p, f, ctl, c, acc, stage, phase);
+  } else if constexpr (C::kSplitM) {
+    fp8_main_loop_paired<C>(p, f, ctl, c, acc, stage, phase);
   } else {
     fp8_main_loop_together<C>(p, f, ctl, c, acc, stage, phase);
   }
