@@ -974,6 +974,35 @@ __device__ __forceinline__ void reduce_tile(const KernelParams& p, const float (
   }
 }
 
+// A 4x4 transpose of 16-bit e4m3 code pairs across the 4 lanes of a quad. In: lane q holds the
+// pairs of its row's groups 4s .. 4s + 3 (w0 = groups 4s, 4s + 1; w1 = 4s + 2, 4s + 3; the low
+// half first), each pair at byte 2q of its group's 8 columns. Out: lane q holds group 4s + q's
+// four pairs, lanes 0 .. 3 in order (w0 = lanes 0, 1; w1 = lanes 2, 3): its 8 bytes in memory
+// order. Two shuffles: swap the off-diagonal 2x2 blocks (lanes q, q ^ 2), then transpose each
+// block (lanes q, q ^ 1).
+__device__ __forceinline__ void transpose_quad_codes(uint32_t& w0, uint32_t& w1, int q) {
+  const bool upper = q & 2, odd = q & 1;
+  const uint32_t got = __shfl_xor_sync(0xffffffffu, upper ? w0 : w1, 2);
+  if (upper) {
+    w0 = got;
+  } else {
+    w1 = got;
+  }
+  // The even lane sends both words' high halves, the odd lane both low halves.
+  const uint32_t sent = odd ? __byte_perm(w0, w1, 0x5410) : __byte_perm(w0, w1, 0x7632);
+  const uint32_t other = __shfl_xor_sync(0xffffffffu, sent, 1);
+  // Words as (low half, high half): the odd lane takes w0 = (other's w0 high, own w0 high) and
+  // w1 = (other's w1 high, own w1 high); the even lane w0 = (own w0 low, other's w0 low) and
+  // w1 = (own w1 low, other's w1 low).
+  if (odd) {
+    w0 = __byte_perm(other, w0, 0x7610);
+    w1 = __byte_perm(other, w1, 0x7632);
+  } else {
+    w0 = __byte_perm(w0, other, 0x5410);
+    w1 = __byte_perm(w1, other, 0x7610);
+  }
+}
+
 // The gated epilogue of one consumer's tile, for one activation (a compile-time choice keeps
 // the unrolled loop to that activation's code: a runtime switch inlined per element made the
 // 128x256 kernel ~19 000 instructions long).
@@ -1080,9 +1109,38 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
     }
     return;
   }
-  // The general loop (the 128-row tiles: every fp8 prefill GEMM1) with the plain conversion for
-  // plain rows as above measured no faster (Qwen3.5 fp8 M = 8192 GEMM1 382.4 -> 382.0 us, the fp8
-  // prefill layers 1.003 / 1.005; docs/perf.md twenty-seventh session): not kept.
+  if (!C::kCompactStores && out_col0 + 4 * C::kGroups <= p.N_out && p.ldd % 8 == 0 &&
+      __all_sync(0xffffffffu, e4m3_group_is_plain(amax_lo, reciprocal_lo) &&
+                                  e4m3_group_is_plain(amax_hi, reciprocal_hi))) {
+    // The 128-row tiles (every fp8 prefill GEMM1), all columns inside N_out, the warp's rows
+    // all plain (e4m3_pair_plain): a quad's 4 lanes trade their code pairs
+    // (transpose_quad_codes) so that each lane stores one group's 8 bytes, and a warp's store
+    // writes whole 32-byte sectors: 8 stores per thread, not 32 two-byte ones into 8
+    // quarter-filled sectors each.
+    const int q = lane % 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int32_t row = r_lo + 8 * h;
+      const float inverse = h ? reciprocal_hi.inverse : reciprocal_lo.inverse;
+      uint8_t* const dst = d8 + static_cast<int64_t>(row) * p.ldd + out_col0 + 8 * q;
+#pragma unroll
+      for (int s = 0; s < C::kGroups / 8; ++s) {
+        uint32_t w[2];  // the code pairs of groups 4s, 4s + 1 and 4s + 2, 4s + 3
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const int i = 4 * (4 * s + 2 * k) + 2 * h;
+          w[k] = e4m3_pair_plain(acc[0][i], acc[0][i + 1], inverse) |
+                 (e4m3_pair_plain(acc[0][i + 4], acc[0][i + 5], inverse) << 16);
+        }
+        transpose_quad_codes(w[0], w[1], q);  // the whole warp: shuffles
+        if (row < t.row_end) *reinterpret_cast<uint2*>(dst + 32 * s) = make_uint2(w[0], w[1]);
+      }
+    }
+    return;
+  }
+  // The general loop: the last, partial column block. (With the plain conversion for plain
+  // rows as above it measured no faster on every 128-row tile, before the branch above: Qwen3.5
+  // fp8 M = 8192 GEMM1 382.4 -> 382.0 us; docs/perf.md twenty-seventh session.)
 #pragma unroll
   for (int g = 0; g < C::kGroups / 2; ++g) {
     const int32_t col = out_col0 + 8 * g + 2 * (lane % 4);
