@@ -646,12 +646,14 @@ __device__ __forceinline__ void fp8_main_loop_together(const KernelParams& p,
 // The 128x128 tile's consumers (64x128 each: prefill-sized, where the tensor cores set the
 // pace): K blocks in pairs, each block's wgmmas (both halves) into a product buffer of its own;
 // block kb is waited for and promoted while block kb + 1's wgmmas run, then block kb + 1; an
-// odd last block runs alone. Each pair's scales are loaded before its stages' waits. (One block per wait, the loop before this one, left the tensor cores idle
-// through each promotion unless the other consumer filled them: 1.3-1.6x the ideal time per K
-// block in a microbenchmark of the loop alone, against 1.1x paired; perf.md, thirtieth
-// session. Block kb + 1 issued before block kb was waited for across the loop's back edge, the
-// fully pipelined form, made ptxas serialize every wgmma (C7514; 2026-11-29, and the
-// microbenchmark's pipelined128): here no wgmma is in flight at a branch.)
+// odd last block runs alone. Each pair's scales are loaded before its stages' waits. One block
+// per wait (fp8_main_loop_together) left the tensor cores idle through each promotion unless
+// the other consumer filled them: 1.3-1.6x the ideal time per K block in a microbenchmark of
+// the loop alone, against 1.1x paired (perf.md, thirtieth session); layers whose GEMMs were
+// forced onto this tile ran 0.95-1.00x the time paired (thirty-first session). Block kb + 1
+// issued before block kb was waited for, across the loop's back edge (the fully pipelined
+// form), made ptxas serialize every wgmma (C7514; 2026-11-29): here no wgmma is in flight at a
+// branch.
 template <class C>
 __device__ __forceinline__ void fp8_main_loop_paired(const KernelParams& p, const OperandFields& f,
                                                      Control& ctl, ScaleCursor c,
@@ -1138,9 +1140,10 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
     }
     return;
   }
-  // The general loop: the last, partial column block. (With the plain conversion for plain
-  // rows as above it measured no faster on every 128-row tile, before the branch above: Qwen3.5
-  // fp8 M = 8192 GEMM1 382.4 -> 382.0 us; docs/perf.md twenty-seventh session.)
+  // The general loop: a partial last column block, rows not 8-byte aligned, or a warp with a
+  // row that is not plain (NaN, inf, a subnormal scale). (With the plain conversion for plain
+  // rows it measured no faster than with e4m3_pair on every 128-row tile, before the branch
+  // above: Qwen3.5 fp8 M = 8192 GEMM1 382.4 -> 382.0 us; docs/perf.md twenty-seventh session.)
 #pragma unroll
   for (int g = 0; g < C::kGroups / 2; ++g) {
     const int32_t col = out_col0 + 8 * g + 2 * (lane % 4);
