@@ -5,7 +5,9 @@
 // Hopper kernel (sm90_gemm_kernel.cuh), whose promotion (promote_half) it calls. It says how
 // fast each schedule could be at best, not how fast a GEMM built on it will be (the stage
 // traffic and the epilogue come on top). (Calls 1, 3 and 4 ran an identical copy of
-// promote_half, written out here; it is called since the review.)
+// promote_half, written out here; it is called since the review.) The thirty-first session
+// added two variants with the kernel's stage barriers and a producer (halves256-barriers,
+// halves256-filled; not run yet: …-s31-tools/run160-fp8-loop-bench-barriers.sh).
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Xptxas -v \
 //        bench/results/2026-12-04-h200-s30-tools/fp8_loop_bench.cu -o fp8_loop_bench
@@ -51,13 +53,24 @@ enum Variant {
                         // (ld.global.cg, a new row block per tile): the real kernel's latency
   kHalves256SmemScales, // halves256 with every scale from shared memory (as if the producer
                         // had put them in the stage)
+  // Added in the thirty-first session (not run yet): halves256 under the kernel's stage protocol.
+  kHalves256Barriers,   // each K block waits on its stage's full barrier and frees it on its
+                        // empty barrier (each consumer warp's lane 0, after the second half), a
+                        // producer thread waiting on empty and arriving on full, no data moved
+  kHalves256Filled,     // the same, the producer filling each stage's A and B bytes with bulk
+                        // copies from an L2-resident buffer (TMA's path and byte count)
   kVariants
 };
 constexpr const char* kNames[kVariants] = {"halves256",     "halves256-unscaled", "inplace256",
                                            "together192",   "together192-wide",   "together128",
                                            "together128-wide", "inplace192", "pipelined128", "paired128", "halves256-rega",
-                                           "halves256-l2scales", "halves256-smemscales"};
-constexpr int kTileN[kVariants] = {256, 256, 256, 192, 192, 128, 128, 192, 128, 128, 256, 256, 256};
+                                           "halves256-l2scales", "halves256-smemscales",
+                                           "halves256-barriers", "halves256-filled"};
+constexpr int kTileN[kVariants] = {256, 256, 256, 192, 192, 128, 128, 192, 128, 128, 256, 256, 256,
+                                   256, 256};
+__host__ __device__ constexpr bool uses_stage_barriers(int v) {
+  return v == kHalves256Barriers || v == kHalves256Filled;
+}
 
 // The device code exists in the sm_90a pass only (the project's wgmma headers are guarded so).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -107,26 +120,33 @@ struct Fields {
 
 __shared__ uint32_t g_done;  // 1: consumer 0 has finished
 
+// The stage protocol's barriers (the variants of uses_stage_barriers): full[s] completes when the
+// producer has filled stage s, empty[s] when both consumers' 4 warps have freed it.
+__shared__ uint64_t g_full[kStages], g_empty[kStages];
+
 template <int V>
 __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, const float* sa_hi_p,
                                         const float* sb, int tiles, int kblocks, float* out,
                                         int flag, const float* sa_big, const float* scale_s) {
   constexpr int kN = kTileN[V];
   int stage = 0;
+  uint32_t phase = 0;  // the stage ring's parity (the barrier variants)
   // (The emulated writer paces itself by the clock: counting K blocks here, even into a static
   // shared word, made the 256-wide variants spill 16-24 bytes.)
   const auto count_block = [] {};
   for (int tile = 0; tile < tiles; ++tile) {
     if constexpr (V == kHalves256 || V == kHalves256Unscaled || V == kInPlace256 ||
-                  V == kHalves256L2Scales || V == kHalves256SmemScales) {
+                  V == kHalves256L2Scales || V == kHalves256SmemScales ||
+                  uses_stage_barriers(V)) {
       float acc[2][64];
       zero(acc[0]), zero(acc[1]);
       float part[64];
       for (int kb = 0; kb < kblocks; ++kb) {
         const uint32_t a = f.a_at(stage), b = f.b_at(stage);
-        if constexpr (V == kHalves256 || V == kHalves256L2Scales || V == kHalves256SmemScales) {
+        if constexpr (V == kHalves256 || V == kHalves256L2Scales || V == kHalves256SmemScales ||
+                      uses_stage_barriers(V)) {
           float sa_lo, sa_hi, sb0, sb1;
-          if constexpr (V == kHalves256) {
+          if constexpr (V == kHalves256 || uses_stage_barriers(V)) {
             sa_lo = __ldg(sa_lo_p + kb), sa_hi = __ldg(sa_hi_p + kb);
             sb0 = __ldg(sb + kb), sb1 = __ldg(sb + kblocks + kb);
           } else if constexpr (V == kHalves256L2Scales) {
@@ -143,6 +163,7 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
             sa_lo = st[0], sa_hi = st[8];
             sb0 = st[128 - r_lo], sb1 = st[129 - r_lo];
           }
+          if constexpr (uses_stage_barriers(V)) mbar_wait(&g_full[stage], phase);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             wgmma_fence();
@@ -153,6 +174,12 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
             wgmma_commit();
             wgmma_wait<0>();
             fence_accumulators(part);
+            if constexpr (uses_stage_barriers(V)) {
+              if (h == 1) {  // as the kernel's release_stage
+                __syncwarp();
+                if (threadIdx.x % 32 == 0) mbar_arrive(&g_empty[stage]);
+              }
+            }
             const float s_b = h == 0 ? sb0 : sb1;
             promote_half(acc[h], part, sa_lo * s_b, sa_hi * s_b);
           }
@@ -182,7 +209,7 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
           fence_accumulators(acc[0]);
           fence_accumulators(acc[1]);
         }
-        if (++stage == kStages) stage = 0;
+        if (++stage == kStages) stage = 0, phase ^= 1;
         count_block();
       }
       wgmma_wait<0>();
@@ -426,6 +453,39 @@ __device__ __noinline__ void emulate_stage_fills(uint8_t* scratch_area, uint64_t
   }
 }
 
+// The barrier variants' producer (one thread): for each of the consumers' K blocks, waits for the
+// stage to be free, then completes its full barrier — at once (halves256-barriers), or through
+// bulk copies of the stage's A and B bytes from an L2-resident buffer (halves256-filled: the
+// bytes and the completion TMA would give; the operands become 0x38 codes, finite).
+template <int V>
+__device__ __noinline__ void produce_stages(uint8_t* ring, const uint8_t* src, int blocks) {
+  int stage = 0;
+  uint32_t phase = 0;
+  constexpr uint32_t kPiece = 16 * 1024;
+  const uint32_t ring_at = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+  for (int n = 0; n < blocks; ++n) {
+    mbar_wait(&g_empty[stage], phase ^ 1);
+    if constexpr (V == kHalves256Filled) {
+      mbar_arrive_expect_tx(&g_full[stage], kAStageBytes + kBStageBytes);
+      const uint32_t a = ring_at + stage * kAStageBytes;
+      const uint32_t b = ring_at + kStages * kAStageBytes + stage * kBStageBytes;
+      const uint32_t dst[3] = {a, b, b + kPiece};
+      const uint32_t bytes[3] = {kAStageBytes, kPiece, kBStageBytes - kPiece};
+#pragma unroll
+      for (int i = 0; i < 3; ++i) {
+        const uint8_t* from = src + ((blockIdx.x * 61 + n * 7 + i) % 1000) * kPiece;
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+            ::"r"(dst[i]), "l"(from), "r"(bytes[i]), "r"(smem_addr(&g_full[stage]))
+            : "memory");
+      }
+    } else {
+      mbar_arrive(&g_full[stage]);
+    }
+    if (++stage == kStages) stage = 0, phase ^= 1;
+  }
+}
+
 #endif  // sm_90a
 
 template <int V>
@@ -453,6 +513,7 @@ __global__ void __launch_bounds__(384, 1)
   if (threadIdx.x == 0) {
     *done = 0;
     mbar_init(fill_bar, 1);
+    for (int s = 0; s < kStages; ++s) mbar_init(&g_full[s], 1), mbar_init(&g_empty[s], 8);
     fence_barrier_init();
   }
   __syncthreads();
@@ -461,7 +522,11 @@ __global__ void __launch_bounds__(384, 1)
     // `pace` > 0: its first warp emulates TMA's shared-memory writes, a stage fill's bytes (A 128
     // rows + B kTileN rows) every `pace` clocks (the variant's own time per K block without the
     // writer), into a scratch area the consumers never read, until consumer 0 is done.
-    if (pace > 0 && threadIdx.x == 256) emulate_stage_fills<V>(base + kRingBytes, fill_bar, fill_src, pace);
+    if constexpr (uses_stage_barriers(V)) {
+      if (threadIdx.x == 256) produce_stages<V>(base, fill_src, tiles * kblocks);
+    } else if (pace > 0 && threadIdx.x == 256) {
+      emulate_stage_fills<V>(base + kRingBytes, fill_bar, fill_src, pace);
+    }
     named_barrier_sync(1, 384);
     return;
   }
@@ -523,12 +588,14 @@ double run(int sms, int tiles, int kblocks, const float* sa, const float* sb, fl
   return per_block;
 }
 
-// The variant alone, then with the emulated stage writes at its own pace.
+// The variant alone, then with the emulated stage writes at its own pace (the barrier variants
+// once: their producer is part of the variant).
 template <int V>
 void both(int sms, int tiles, int kblocks, const float* sa, const float* sb, float* out,
           long long* cycles, double* ceiling, const uint8_t* fill_src, const float* sa_big) {
   const double per_block =
       run<V>(sms, tiles, kblocks, sa, sb, out, cycles, ceiling, 0, fill_src, sa_big);
+  if (uses_stage_barriers(V)) return;
   run<V>(sms, tiles, kblocks, sa, sb, out, cycles, ceiling, static_cast<int>(per_block + 0.5),
          fill_src, sa_big);
 }
@@ -563,6 +630,8 @@ int main() {
                 "at its own pace)\n", round + 1);
     both<kInPlace256>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
+    both<kHalves256Barriers>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
+    both<kHalves256Filled>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256RegA>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256L2Scales>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256SmemScales>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
