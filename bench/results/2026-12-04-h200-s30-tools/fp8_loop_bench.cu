@@ -6,8 +6,8 @@
 // fast each schedule could be at best, not how fast a GEMM built on it will be (the stage
 // traffic and the epilogue come on top). (Calls 1, 3 and 4 ran an identical copy of
 // promote_half, written out here; it is called since the review.) The thirty-first session
-// added two variants with the kernel's stage barriers and a producer (halves256-barriers,
-// halves256-filled; not run yet: …-s31-tools/run160-fp8-loop-bench-barriers.sh).
+// added three variants with the kernel's stage barriers and a producer (halves256-barriers,
+// -filled, -skewed; not run yet: …-s31-tools/run160-fp8-loop-bench-barriers.sh).
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Xptxas -v \
 //        bench/results/2026-12-04-h200-s30-tools/fp8_loop_bench.cu -o fp8_loop_bench
@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/sm90/sm90_gemm_kernel.cuh"  // promote_half, and the ptx / wgmma wrappers
@@ -34,42 +35,55 @@ constexpr int kSmemBytes = kRingBytes + kScratchBytes + 1024;
 __host__ __device__ constexpr int kStageFillBytes(int n) { return 128 * 128 + n * 128; }
 
 enum Variant {
-  kHalves256,           // HEAD's 128x256: per K block two halves (4 x n128 into one 64-reg
-                        // product buffer, wait, promote)
-  kHalves256Unscaled,   // the same waits, no promotion: each half accumulates in place
-  kInPlace256,          // no promotion, no wait per block (bf16's loop): the ceiling
-  kTogether192,         // 128x192: 2 x n96 per K step into two 48-reg buffers, one wait, promote
-  kTogether192Wide,     // 128x192: 1 x n192 per K step into one 96-reg buffer, one wait, promote
-  kTogether128,         // HEAD's 128x128: 2 x n64 per K step, one wait, promote
-  kTogether128Wide,     // 128x128: 1 x n128 per K step
-  kInPlace192,          // 128x192 ceiling: n192 in place, no wait per block
-  kPipelined128,        // 128x128: n128 per K step into two alternating 64-reg buffers, block
-                        // k + 1's wgmmas in flight while block k is promoted
-  kPaired128,           // 128x128: K blocks in pairs, both issued, block k promoted under
-                        // block k + 1's wgmmas, the pair waited for at its end
-  kHalves256RegA,       // halves256 with A from registers: each thread loads its 64 bytes of A
-                        // once per K block, both halves' wgmmas read only B from shared memory
-  kHalves256L2Scales,   // halves256 with its row scales from a 16 MB array through L2 only
-                        // (ld.global.cg, a new row block per tile): the real kernel's latency
-  kHalves256SmemScales, // halves256 with every scale from shared memory (as if the producer
-                        // had put them in the stage)
+  kHalves256,            // HEAD's 128x256: per K block two halves (4 x n128 into one 64-reg
+                         // product buffer, wait, promote)
+  kHalves256Unscaled,    // the same waits, no promotion: each half accumulates in place
+  kInPlace256,           // no promotion, no wait per block (bf16's loop): the ceiling
+  kTogether192,          // 128x192: 2 x n96 per K step into two 48-reg buffers, one wait, promote
+  kTogether192Wide,      // 128x192: 1 x n192 per K step into one 96-reg buffer, one wait, promote
+  kTogether128,          // HEAD's 128x128: 2 x n64 per K step, one wait, promote
+  kTogether128Wide,      // 128x128: 1 x n128 per K step
+  kInPlace192,           // 128x192 ceiling: n192 in place, no wait per block
+  kPipelined128,         // 128x128: n128 per K step into two alternating 64-reg buffers, block
+                         // k + 1's wgmmas in flight while block k is promoted
+  kPaired128,            // 128x128: K blocks in pairs, both issued, block k promoted under
+                         // block k + 1's wgmmas, the pair waited for at its end
+  kHalves256RegA,        // halves256 with A from registers: each thread loads its 64 bytes of A
+                         // once per K block, both halves' wgmmas read only B from shared memory
+  kHalves256L2Scales,    // halves256 with its row scales from a 16 MB array through L2 only
+                         // (ld.global.cg, a new row block per tile): the real kernel's latency
+  kHalves256SmemScales,  // halves256 with every scale from shared memory (as if the producer
+                         // had put them in the stage)
   // Added in the thirty-first session (not run yet): halves256 under the kernel's stage protocol.
-  kHalves256Barriers,   // each K block waits on its stage's full barrier and frees it on its
-                        // empty barrier (each consumer warp's lane 0, after the second half), a
-                        // producer thread waiting on empty and arriving on full, no data moved
-  kHalves256Filled,     // the same, the producer filling each stage's A and B bytes with bulk
-                        // copies from an L2-resident buffer (TMA's path and byte count)
+  kHalves256Barriers,  // each K block waits on its stage's full barrier and frees it on its
+                       // empty barrier (each consumer warp's lane 0, after the second half), a
+                       // producer thread waiting on empty and arriving on full, no data moved
+  kHalves256Filled,    // the same, the producer filling each stage's A and B bytes with bulk
+                       // copies from an L2-resident buffer (TMA's path and byte count)
+  kHalves256Skewed,    // halves256-barriers with consumer 1 running its halves in the other
+                       // order (1, then 0): the two consumers' promotions never coincide
   kVariants
 };
-constexpr const char* kNames[kVariants] = {"halves256",     "halves256-unscaled", "inplace256",
-                                           "together192",   "together192-wide",   "together128",
-                                           "together128-wide", "inplace192", "pipelined128", "paired128", "halves256-rega",
-                                           "halves256-l2scales", "halves256-smemscales",
-                                           "halves256-barriers", "halves256-filled"};
-constexpr int kTileN[kVariants] = {256, 256, 256, 192, 192, 128, 128, 192, 128, 128, 256, 256, 256,
-                                   256, 256};
+constexpr const char* kNames[kVariants] = {"halves256",
+                                           "halves256-unscaled",
+                                           "inplace256",
+                                           "together192",
+                                           "together192-wide",
+                                           "together128",
+                                           "together128-wide",
+                                           "inplace192",
+                                           "pipelined128",
+                                           "paired128",
+                                           "halves256-rega",
+                                           "halves256-l2scales",
+                                           "halves256-smemscales",
+                                           "halves256-barriers",
+                                           "halves256-filled",
+                                           "halves256-skewed"};
+constexpr int kTileN[kVariants] = {256, 256, 256, 192, 192, 128, 128, 192,
+                                   128, 128, 256, 256, 256, 256, 256, 256};
 __host__ __device__ constexpr bool uses_stage_barriers(int v) {
-  return v == kHalves256Barriers || v == kHalves256Filled;
+  return v == kHalves256Barriers || v == kHalves256Filled || v == kHalves256Skewed;
 }
 
 // The device code exists in the sm_90a pass only (the project's wgmma headers are guarded so).
@@ -114,8 +128,12 @@ __device__ __forceinline__ void sink(float* out, const float (&d)[kN], int flag)
 
 struct Fields {
   uint32_t a, b;  // stage-0 start fields of this consumer's A rows and of the B tile
-  __device__ uint32_t a_at(int s) const { return a + static_cast<uint32_t>(s) * (kAStageBytes >> 4); }
-  __device__ uint32_t b_at(int s) const { return b + static_cast<uint32_t>(s) * (kBStageBytes >> 4); }
+  __device__ uint32_t a_at(int s) const {
+    return a + static_cast<uint32_t>(s) * (kAStageBytes >> 4);
+  }
+  __device__ uint32_t b_at(int s) const {
+    return b + static_cast<uint32_t>(s) * (kBStageBytes >> 4);
+  }
 };
 
 __shared__ uint32_t g_done;  // 1: consumer 0 has finished
@@ -136,8 +154,7 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
   const auto count_block = [] {};
   for (int tile = 0; tile < tiles; ++tile) {
     if constexpr (V == kHalves256 || V == kHalves256Unscaled || V == kInPlace256 ||
-                  V == kHalves256L2Scales || V == kHalves256SmemScales ||
-                  uses_stage_barriers(V)) {
+                  V == kHalves256L2Scales || V == kHalves256SmemScales || uses_stage_barriers(V)) {
       float acc[2][64];
       zero(acc[0]), zero(acc[1]);
       float part[64];
@@ -158,30 +175,58 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
             // scale_s points at this thread's row r_lo: the stage's weight scales are its
             // elements 128 and 129, 128 - r_lo and 129 - r_lo from here.
             const float* st = scale_s + stage * 130;
-            const int r_lo = (threadIdx.x / 128) * 64 + (threadIdx.x % 128) / 32 * 16 +
-                             (threadIdx.x % 32) / 4;
+            const int r_lo =
+                (threadIdx.x / 128) * 64 + (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
             sa_lo = st[0], sa_hi = st[8];
             sb0 = st[128 - r_lo], sb1 = st[129 - r_lo];
           }
           if constexpr (uses_stage_barriers(V)) mbar_wait(&g_full[stage], phase);
+          if constexpr (V == kHalves256Skewed) {
+            // One half: its wgmmas, wait, (after the block's last half) the stage freed, promote.
+            const auto half = [&](auto half_index, bool last) {
+              constexpr int h = decltype(half_index)::value;
+              wgmma_fence();
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            wgmma_fence();
-#pragma unroll
-            for (int s = 0; s < 4; ++s)
-              E4<128>::run(part, kmajor_sw128_desc_at(a + 2 * s),
-                           kmajor_sw128_desc_at(b + h * (128 * 128 >> 4) + 2 * s), s > 0);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_accumulators(part);
-            if constexpr (uses_stage_barriers(V)) {
-              if (h == 1) {  // as the kernel's release_stage
+              for (int s = 0; s < 4; ++s)
+                E4<128>::run(part, kmajor_sw128_desc_at(a + 2 * s),
+                             kmajor_sw128_desc_at(b + h * (128 * 128 >> 4) + 2 * s), s > 0);
+              wgmma_commit();
+              wgmma_wait<0>();
+              fence_accumulators(part);
+              if (last) {
                 __syncwarp();
                 if (threadIdx.x % 32 == 0) mbar_arrive(&g_empty[stage]);
               }
+              const float s_b = h == 0 ? sb0 : sb1;
+              promote_half(acc[h], part, sa_lo * s_b, sa_hi * s_b);
+            };
+            if (threadIdx.x < 128) {
+              half(std::integral_constant<int, 0>{}, false);
+              half(std::integral_constant<int, 1>{}, true);
+            } else {
+              half(std::integral_constant<int, 1>{}, false);
+              half(std::integral_constant<int, 0>{}, true);
             }
-            const float s_b = h == 0 ? sb0 : sb1;
-            promote_half(acc[h], part, sa_lo * s_b, sa_hi * s_b);
+          } else {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              wgmma_fence();
+#pragma unroll
+              for (int s = 0; s < 4; ++s)
+                E4<128>::run(part, kmajor_sw128_desc_at(a + 2 * s),
+                             kmajor_sw128_desc_at(b + h * (128 * 128 >> 4) + 2 * s), s > 0);
+              wgmma_commit();
+              wgmma_wait<0>();
+              fence_accumulators(part);
+              if constexpr (uses_stage_barriers(V)) {
+                if (h == 1) {  // as the kernel's release_stage
+                  __syncwarp();
+                  if (threadIdx.x % 32 == 0) mbar_arrive(&g_empty[stage]);
+                }
+              }
+              const float s_b = h == 0 ? sb0 : sb1;
+              promote_half(acc[h], part, sa_lo * s_b, sa_hi * s_b);
+            }
           }
         } else if constexpr (V == kHalves256Unscaled) {
 #pragma unroll
@@ -360,7 +405,8 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
       const int boundary = kN == 192 ? (tile % 2 == 0 ? 4 : 2) : 6;
       float acc[2][kHalf];
       zero(acc[0]), zero(acc[1]);
-      float sa_lo = __ldg(sa_lo_p), sa_hi = __ldg(sa_hi_p), sb0 = __ldg(sb), sb1 = __ldg(sb + kblocks);
+      float sa_lo = __ldg(sa_lo_p), sa_hi = __ldg(sa_hi_p), sb0 = __ldg(sb),
+            sb1 = __ldg(sb + kblocks);
       for (int kb = 0; kb < kblocks; ++kb) {
         float n_lo = 0.f, n_hi = 0.f, n_b0 = 0.f, n_b1 = 0.f;
         if (kb + 1 < kblocks) {
@@ -444,8 +490,9 @@ __device__ __noinline__ void emulate_stage_fills(uint8_t* scratch_area, uint64_t
       const uint32_t bytes = kFill - off < kPiece ? kFill - off : kPiece;
       const uint8_t* from = src + ((blockIdx.x * 61 + n * 7 + off / kPiece) % 1024) * kPiece;
       asm volatile(
-          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-          ::"r"(scratch + off % kScratchBytes), "l"(from), "r"(bytes), "r"(smem_addr(bar))
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+          "[%3];" ::"r"(scratch + off % kScratchBytes),
+          "l"(from), "r"(bytes), "r"(smem_addr(bar))
           : "memory");
     }
     mbar_wait(bar, phase);
@@ -475,8 +522,9 @@ __device__ __noinline__ void produce_stages(uint8_t* ring, const uint8_t* src, i
       for (int i = 0; i < 3; ++i) {
         const uint8_t* from = src + ((blockIdx.x * 61 + n * 7 + i) % 1000) * kPiece;
         asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-            ::"r"(dst[i]), "l"(from), "r"(bytes[i]), "r"(smem_addr(&g_full[stage]))
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+            "[%3];" ::"r"(dst[i]),
+            "l"(from), "r"(bytes[i]), "r"(smem_addr(&g_full[stage]))
             : "memory");
       }
     } else {
@@ -495,8 +543,8 @@ __global__ void __launch_bounds__(384, 1)
                const uint8_t* fill_src, const float* sa_big) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t raw[];
-  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
-                                             ~uintptr_t{1023});
+  uint8_t* base =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
   uint32_t* words = reinterpret_cast<uint32_t*>(base);
   // e4m3 codes near 1.0 (0x38) with small variations: finite values, never all zero.
   for (int i = threadIdx.x; i < kStages * (kAStageBytes + kBStageBytes) / 4; i += blockDim.x)
@@ -556,11 +604,13 @@ double run(int sms, int tiles, int kblocks, const float* sa, const float* sb, fl
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  loop_bench<V><<<sms, 384, kSmemBytes>>>(sa, sb, out, cycles, tiles, kblocks, 0, pace, fill_src, sa_big);
+  loop_bench<V>
+      <<<sms, 384, kSmemBytes>>>(sa, sb, out, cycles, tiles, kblocks, 0, pace, fill_src, sa_big);
   float best = 1e30f;
   for (int r = 0; r < 10; ++r) {
     cudaEventRecord(e0);
-    loop_bench<V><<<sms, 384, kSmemBytes>>>(sa, sb, out, cycles, tiles, kblocks, 0, pace, fill_src, sa_big);
+    loop_bench<V>
+        <<<sms, 384, kSmemBytes>>>(sa, sb, out, cycles, tiles, kblocks, 0, pace, fill_src, sa_big);
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     float ms = 0;
@@ -583,8 +633,8 @@ double run(int sms, int tiles, int kblocks, const float* sa, const float* sb, fl
   const double ideal = 128.0 * kTileN[V] * 128.0 * 2.0 / 8192.0;
   if (V == kInPlace256) *ceiling_tflops = tflops;
   std::printf("%s%-20s N=%3d  %8.1f us  %7.1f TFLOP/s  %6.1f clk/K-block (ideal %6.1f, %4.2fx)\n",
-              pace ? "+fills " : "       ", kNames[V], kTileN[V], best * 1e3, tflops,
-              per_block, ideal, per_block / ideal);
+              pace ? "+fills " : "       ", kNames[V], kTileN[V], best * 1e3, tflops, per_block,
+              ideal, per_block / ideal);
   return per_block;
 }
 
@@ -626,15 +676,19 @@ int main() {
   std::printf("%d SMs, %d tiles per SM, %d K blocks per tile, operands in shared memory\n", sms,
               tiles, kblocks);
   for (int round = 0; round < 2; ++round) {
-    std::printf("round %d (each variant alone, then with its stage fills emulated by bulk copies "
-                "at its own pace)\n", round + 1);
+    std::printf(
+        "round %d (each variant alone, then with its stage fills emulated by bulk copies "
+        "at its own pace)\n",
+        round + 1);
     both<kInPlace256>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256Barriers>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256Filled>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
+    both<kHalves256Skewed>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256RegA>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256L2Scales>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
-    both<kHalves256SmemScales>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
+    both<kHalves256SmemScales>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src,
+                               sa_big);
     both<kHalves256Unscaled>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kInPlace192>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kTogether192>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);

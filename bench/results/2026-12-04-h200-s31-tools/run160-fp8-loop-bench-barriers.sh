@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # PREPARED (not run in the thirty-first session): the fp8 by-halves loop alone (fp8_loop_bench.cu,
-# the thirtieth session's tool) with two variants added in the thirty-first: halves256 under the
-# kernel's stage protocol (full/empty mbarriers per stage, a producer thread; "barriers": no data
-# moved, "filled": each stage's A and B bytes written by bulk copies, TMA's path). Against
+# the thirtieth session's tool) with three variants added in the thirty-first: halves256 under
+# the kernel's stage protocol (full/empty mbarriers per stage, a producer thread; "barriers": no
+# data moved, "filled": each stage's A and B bytes written by bulk copies, TMA's path; "skewed":
+# barriers, consumer 1 running its halves in the other order, a remedy to try). Against
 # halves256 (1.08x the ideal alone, 1.10x with unsynchronized fills) it says whether the stage
 # protocol itself — the consumers waiting on the same barriers, in step — is where the real
 # kernel's ~1.5x goes (perf.md thirty-first session §1, §5). ~1-2 minutes.
