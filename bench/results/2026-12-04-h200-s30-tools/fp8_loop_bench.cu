@@ -181,52 +181,31 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
             sb0 = st[128 - r_lo], sb1 = st[129 - r_lo];
           }
           if constexpr (uses_stage_barriers(V)) mbar_wait(&g_full[stage], phase);
-          if constexpr (V == kHalves256Skewed) {
-            // One half: its wgmmas, wait, (after the block's last half) the stage freed, promote.
-            const auto half = [&](auto half_index, bool last) {
-              constexpr int h = decltype(half_index)::value;
-              wgmma_fence();
+          // One half: its wgmmas, wait, (the barrier variants, after the block's last half) the
+          // stage freed, promote.
+          const auto half = [&](auto half_index, bool last) {
+            constexpr int h = decltype(half_index)::value;
+            wgmma_fence();
 #pragma unroll
-              for (int s = 0; s < 4; ++s)
-                E4<128>::run(part, kmajor_sw128_desc_at(a + 2 * s),
-                             kmajor_sw128_desc_at(b + h * (128 * 128 >> 4) + 2 * s), s > 0);
-              wgmma_commit();
-              wgmma_wait<0>();
-              fence_accumulators(part);
-              if (last) {
-                __syncwarp();
-                if (threadIdx.x % 32 == 0) mbar_arrive(&g_empty[stage]);
-              }
-              const float s_b = h == 0 ? sb0 : sb1;
-              promote_half(acc[h], part, sa_lo * s_b, sa_hi * s_b);
-            };
-            if (threadIdx.x < 128) {
-              half(std::integral_constant<int, 0>{}, false);
-              half(std::integral_constant<int, 1>{}, true);
-            } else {
-              half(std::integral_constant<int, 1>{}, false);
-              half(std::integral_constant<int, 0>{}, true);
+            for (int s = 0; s < 4; ++s)
+              E4<128>::run(part, kmajor_sw128_desc_at(a + 2 * s),
+                           kmajor_sw128_desc_at(b + h * (128 * 128 >> 4) + 2 * s), s > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_accumulators(part);
+            if (uses_stage_barriers(V) && last) {  // as the kernel's release_stage
+              __syncwarp();
+              if (threadIdx.x % 32 == 0) mbar_arrive(&g_empty[stage]);
             }
+            const float s_b = h == 0 ? sb0 : sb1;
+            promote_half(acc[h], part, sa_lo * s_b, sa_hi * s_b);
+          };
+          if (V == kHalves256Skewed && threadIdx.x >= 128) {  // consumer 1: halves 1, then 0
+            half(std::integral_constant<int, 1>{}, false);
+            half(std::integral_constant<int, 0>{}, true);
           } else {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              wgmma_fence();
-#pragma unroll
-              for (int s = 0; s < 4; ++s)
-                E4<128>::run(part, kmajor_sw128_desc_at(a + 2 * s),
-                             kmajor_sw128_desc_at(b + h * (128 * 128 >> 4) + 2 * s), s > 0);
-              wgmma_commit();
-              wgmma_wait<0>();
-              fence_accumulators(part);
-              if constexpr (uses_stage_barriers(V)) {
-                if (h == 1) {  // as the kernel's release_stage
-                  __syncwarp();
-                  if (threadIdx.x % 32 == 0) mbar_arrive(&g_empty[stage]);
-                }
-              }
-              const float s_b = h == 0 ? sb0 : sb1;
-              promote_half(acc[h], part, sa_lo * s_b, sa_hi * s_b);
-            }
+            half(std::integral_constant<int, 0>{}, false);
+            half(std::integral_constant<int, 1>{}, true);
           }
         } else if constexpr (V == kHalves256Unscaled) {
 #pragma unroll
