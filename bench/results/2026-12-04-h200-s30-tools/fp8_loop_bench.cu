@@ -7,7 +7,9 @@
 // traffic and the epilogue come on top). (Calls 1, 3 and 4 ran an identical copy of
 // promote_half, written out here; it is called since the review.) The thirty-first session
 // added three variants with the kernel's stage barriers and a producer (halves256-barriers,
-// -filled, -skewed; not run yet: …-s31-tools/run160-fp8-loop-bench-barriers.sh).
+// -filled, -skewed; run in the thirty-second session's call 1), the thirty-second six more
+// (-nofullwait, -prewait, -prewait-filled in call 3; -relaxedarrive, -relaxedboth, -testwait,
+// -allarrive in call 4; -hintproducer, -hintboth in call 5).
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -Xptxas -v \
 //        bench/results/2026-12-04-h200-s30-tools/fp8_loop_bench.cu -o fp8_loop_bench
@@ -62,6 +64,26 @@ enum Variant {
                        // copies from an L2-resident buffer (TMA's path and byte count)
   kHalves256Skewed,    // halves256-barriers with consumer 1 running its halves in the other
                        // order (1, then 0): the two consumers' promotions never coincide
+  // Added in the thirty-second session, after run160 measured barriers 1.30x and filled 1.40x:
+  kHalves256NoFullWait,   // halves256-barriers without the consumers' full-barrier wait (the
+                          // stages still freed, the producer still paced): what the wait costs
+  kHalves256Prewait,      // halves256-barriers with block k + 1's full wait moved under block
+                          // k's second-half wgmmas (after their commit, before their wait)
+  kHalves256PrewaitFilled,  // the same with halves256-filled's producer
+  // Added after call 3 (nofullwait 1.21x, prewait 1.44x against barriers 1.32-1.37x):
+  kHalves256RelaxedArrive,  // halves256-barriers with the consumers' arrive .relaxed (no
+                            // release: the stage's readers are wgmmas, already waited for)
+  kHalves256RelaxedBoth,    // and the full wait .relaxed too (a timing study only: TMA-written
+                            // data needs the acquire)
+  kHalves256TestWait,       // halves256-barriers with the full wait as a test_wait loop (never
+                            // suspends) instead of try_wait
+  kHalves256AllArrive,      // halves256-barriers with every consumer thread arriving on the
+                            // empty barrier (256 arrivals), no __syncwarp or lane-0 branch
+  // Added after call 4 (none of the four above differs from barriers beyond its spread):
+  kHalves256HintProducer,   // halves256-barriers, the producer's empty wait a try_wait with a
+                            // suspend-time hint (10 ms: the thread sleeps until the phase
+                            // completes) instead of try_wait's default time limit
+  kHalves256HintBoth,       // and the consumers' full wait with the hint too
   kVariants
 };
 constexpr const char* kNames[kVariants] = {"halves256",
@@ -79,11 +101,30 @@ constexpr const char* kNames[kVariants] = {"halves256",
                                            "halves256-smemscales",
                                            "halves256-barriers",
                                            "halves256-filled",
-                                           "halves256-skewed"};
-constexpr int kTileN[kVariants] = {256, 256, 256, 192, 192, 128, 128, 192,
-                                   128, 128, 256, 256, 256, 256, 256, 256};
+                                           "halves256-skewed",
+                                           "halves256-nofullwait",
+                                           "halves256-prewait",
+                                           "halves256-prewait-filled",
+                                           "halves256-relaxedarrive",
+                                           "halves256-relaxedboth",
+                                           "halves256-testwait",
+                                           "halves256-allarrive",
+                                           "halves256-hintproducer",
+                                           "halves256-hintboth"};
+constexpr int kTileN[kVariants] = {256, 256, 256, 192, 192, 128, 128, 192, 128, 128,
+                                   256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256,
+                                   256, 256, 256};
 __host__ __device__ constexpr bool uses_stage_barriers(int v) {
-  return v == kHalves256Barriers || v == kHalves256Filled || v == kHalves256Skewed;
+  return v == kHalves256Barriers || v == kHalves256Filled || v == kHalves256Skewed ||
+         v == kHalves256NoFullWait || v == kHalves256Prewait || v == kHalves256PrewaitFilled ||
+         v == kHalves256RelaxedArrive || v == kHalves256RelaxedBoth || v == kHalves256TestWait ||
+         v == kHalves256AllArrive || v == kHalves256HintProducer || v == kHalves256HintBoth;
+}
+__host__ __device__ constexpr bool fills_stages(int v) {
+  return v == kHalves256Filled || v == kHalves256PrewaitFilled;
+}
+__host__ __device__ constexpr bool prewaits(int v) {
+  return v == kHalves256Prewait || v == kHalves256PrewaitFilled;
 }
 
 // The device code exists in the sm_90a pass only (the project's wgmma headers are guarded so).
@@ -91,6 +132,59 @@ __host__ __device__ constexpr bool uses_stage_barriers(int v) {
 // E4<N>: the project's Wgmma<N, true> (64, 128), and 96 / 192 from fp8_loop_bench_wgmma.cuh.
 template <int N>
 using E4 = Wgmma<N, true>;
+
+// The barrier variants' own forms of the consumers' arrive and full wait.
+__device__ __forceinline__ void mbar_arrive_relaxed(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.relaxed.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar))
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait_relaxed(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.relaxed.cta.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void mbar_test_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// try_wait with a suspend-time hint of 10 ms (0x989680 ns): the waiting thread is suspended
+// until the phase completes rather than for the default, system-dependent limit.
+__device__ __forceinline__ void mbar_wait_hinted(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity), "r"(0x989680u)
+        : "memory");
+  } while (!done);
+}
+template <int V>
+__device__ __forceinline__ void consumer_full_wait(uint64_t* bar, uint32_t parity) {
+  if constexpr (V == kHalves256HintBoth) {
+    mbar_wait_hinted(bar, parity);
+  } else if constexpr (V == kHalves256RelaxedBoth) {
+    mbar_wait_relaxed(bar, parity);
+  } else if constexpr (V == kHalves256TestWait) {
+    mbar_test_wait(bar, parity);
+  } else {
+    mbar_wait(bar, parity);
+  }
+}
 
 // A 192-column consumer's columns span two 128-column weight blocks; its boundary lies at a
 // 64-column step (0, 64 or 128 columns in, by the tile's position): each 16-accumulator chunk
@@ -180,7 +274,9 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
             sa_lo = st[0], sa_hi = st[8];
             sb0 = st[128 - r_lo], sb1 = st[129 - r_lo];
           }
-          if constexpr (uses_stage_barriers(V)) mbar_wait(&g_full[stage], phase);
+          if constexpr (uses_stage_barriers(V) && V != kHalves256NoFullWait) {
+            if (!prewaits(V) || kb == 0) consumer_full_wait<V>(&g_full[stage], phase);
+          }
           // One half: its wgmmas, wait, (the barrier variants, after the block's last half) the
           // stage freed, promote.
           const auto half = [&](auto half_index, bool last) {
@@ -191,11 +287,25 @@ __device__ __forceinline__ void consume(const Fields& f, const float* sa_lo_p, c
               E4<128>::run(part, kmajor_sw128_desc_at(a + 2 * s),
                            kmajor_sw128_desc_at(b + h * (128 * 128 >> 4) + 2 * s), s > 0);
             wgmma_commit();
+            if (prewaits(V) && last && kb + 1 < kblocks) {  // the next block's stage, waited
+              const int next = stage + 1 == kStages ? 0 : stage + 1;  // for under these wgmmas
+              mbar_wait(&g_full[next], next == 0 ? phase ^ 1 : phase);
+            }
             wgmma_wait<0>();
             fence_accumulators(part);
             if (uses_stage_barriers(V) && last) {  // as the kernel's release_stage
-              __syncwarp();
-              if (threadIdx.x % 32 == 0) mbar_arrive(&g_empty[stage]);
+              if constexpr (V == kHalves256AllArrive) {
+                mbar_arrive(&g_empty[stage]);
+              } else {
+                __syncwarp();
+                if (threadIdx.x % 32 == 0) {
+                  if constexpr (V == kHalves256RelaxedArrive || V == kHalves256RelaxedBoth) {
+                    mbar_arrive_relaxed(&g_empty[stage]);
+                  } else {
+                    mbar_arrive(&g_empty[stage]);
+                  }
+                }
+              }
             }
             const float s_b = h == 0 ? sb0 : sb1;
             promote_half(acc[h], part, sa_lo * s_b, sa_hi * s_b);
@@ -490,8 +600,12 @@ __device__ __noinline__ void produce_stages(uint8_t* ring, const uint8_t* src, i
   constexpr uint32_t kPiece = 16 * 1024;
   const uint32_t ring_at = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
   for (int n = 0; n < blocks; ++n) {
-    mbar_wait(&g_empty[stage], phase ^ 1);
-    if constexpr (V == kHalves256Filled) {
+    if constexpr (V == kHalves256HintProducer || V == kHalves256HintBoth) {
+      mbar_wait_hinted(&g_empty[stage], phase ^ 1);
+    } else {
+      mbar_wait(&g_empty[stage], phase ^ 1);
+    }
+    if constexpr (fills_stages(V)) {
       mbar_arrive_expect_tx(&g_full[stage], kAStageBytes + kBStageBytes);
       const uint32_t a = ring_at + stage * kAStageBytes;
       const uint32_t b = ring_at + kStages * kAStageBytes + stage * kBStageBytes;
@@ -540,7 +654,7 @@ __global__ void __launch_bounds__(384, 1)
   if (threadIdx.x == 0) {
     *done = 0;
     mbar_init(fill_bar, 1);
-    for (int s = 0; s < kStages; ++s) mbar_init(&g_full[s], 1), mbar_init(&g_empty[s], 8);
+    for (int s = 0; s < kStages; ++s) mbar_init(&g_full[s], 1), mbar_init(&g_empty[s], V == kHalves256AllArrive ? 256 : 8);
     fence_barrier_init();
   }
   __syncthreads();
@@ -664,6 +778,20 @@ int main() {
     both<kHalves256Barriers>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256Filled>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256Skewed>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
+    both<kHalves256NoFullWait>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src,
+                               sa_big);
+    both<kHalves256Prewait>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
+    both<kHalves256PrewaitFilled>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src,
+                                  sa_big);
+    both<kHalves256RelaxedArrive>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src,
+                                  sa_big);
+    both<kHalves256RelaxedBoth>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src,
+                                sa_big);
+    both<kHalves256TestWait>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
+    both<kHalves256AllArrive>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
+    both<kHalves256HintProducer>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src,
+                                 sa_big);
+    both<kHalves256HintBoth>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256RegA>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256L2Scales>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src, sa_big);
     both<kHalves256SmemScales>(sms, tiles, kblocks, sa, sb, out, cycles, &ceiling, fill_src,
