@@ -7,6 +7,7 @@
 #include "cuda/batched.h"
 #include "cuda/cuda_check.h"
 #include "cuda/float_io.cuh"
+#include "cuda/programmatic_launch.cuh"
 #include "modmoe/error.h"
 
 namespace modmoe::cuda {
@@ -68,6 +69,9 @@ template <typename V, typename Index>
 __global__ void __launch_bounds__(kThreads)
     copy_rows_kernel(const CopyTable<Index> t0, const CopyTable<Index> t1,
                      const int32_t* __restrict__ batched_row, Index topk, bool gather) {
+  // A kernel launched programmatically after this one (Sm90Experts' decode-sized GEMM1 after the
+  // gather) may start now: it waits for this grid before reading what it writes.
+  allow_dependent_launch();
   const Index stride = static_cast<Index>(gridDim.x) * kThreads;
   const Index total = t0.total_units + t1.total_units;
   for (Index g = static_cast<Index>(blockIdx.x) * kThreads + threadIdx.x; g < total; g += stride) {

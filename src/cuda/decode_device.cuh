@@ -34,6 +34,7 @@
 #include "cuda/fp8_codec.cuh"
 #include "cuda/grouped_gemm_ptx.cuh"
 #include "cuda/pair_key.cuh"
+#include "cuda/programmatic_launch.cuh"
 
 namespace modmoe::cuda::decode {
 
@@ -211,21 +212,9 @@ __device__ __forceinline__ float tile_row_total(const float* red, int warps, int
   return s;
 }
 
-// Programmatic dependent launch (sm_90): gate_up lets down launch as soon as every gate_up CTA
-// has started, so down's CTAs take SMs as gate_up's last wave leaves them and request their
-// first w2 stages; down waits for gate_up's completion (griddepcontrol.wait: every
-// prerequisite grid finished, its writes visible) before it reads h. Both are no-ops when the
-// launch was not programmatic, and absent before sm_90.
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_prerequisite_grids() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (programmatic_launch.cuh): gate_up lets down launch as soon as
+// every gate_up CTA has started, so down's CTAs take SMs as gate_up's last wave leaves them and
+// request their first w2 stages; down waits for gate_up's completion before it reads h.
 
 __device__ __forceinline__ int32_t local_expert(const DecodeMlpArgs& a, int64_t pair) {
   const int32_t E_local = static_cast<int32_t>(a.num_local_experts);

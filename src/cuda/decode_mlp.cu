@@ -21,6 +21,7 @@
 #include "cuda/decode_device.cuh"
 #include "cuda/decode_mlp.h"
 #include "cuda/float_io.cuh"
+#include "cuda/programmatic_launch.cuh"
 #include "modmoe/error.h"
 #include "modmoe/quant.h"
 
@@ -397,25 +398,9 @@ void launch(Kernel kernel, dim3 grid, int warps, size_t shared, const DecodeMlpA
   config.blockDim = dim3(static_cast<unsigned>(warps * 32));
   config.dynamicSmemBytes = shared;
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = programmatic ? 1 : 0;
+  cudaLaunchAttribute attribute;
+  set_programmatic(config, attribute, programmatic);
   MODMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
-}
-
-// Programmatic launches need sm_90; MODMOE_PDL=0 turns them off (to measure what they bring,
-// or where a tool mishandles them).
-bool programmatic_launch_available() {
-  static const bool env_allows = [] {
-    const char* v = std::getenv("MODMOE_PDL");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  int device = 0, major = 0;
-  return env_allows && cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         major >= 9;
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "cuda/float_io.cuh"
 #include "cuda/fp8_codec.cuh"
 #include "cuda/ops.h"
+#include "cuda/programmatic_launch.cuh"
 #include "cuda/quantize.h"
 #include "modmoe/error.h"
 
@@ -257,6 +258,9 @@ __device__ __forceinline__ void quantize_step(const QuantizeParams& p, const Des
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads, 2048 / kMaxThreads)
     quantize_rows_kernel(QuantizeParams p) {
+  // A kernel launched programmatically after this one (Sm90Experts' decode-sized GEMM1 after the
+  // quantize-scatter) may start now: it waits for this grid before reading what it writes.
+  allow_dependent_launch();
   __shared__ uint32_t scratch[kMaxWarps];
   const int64_t rows = rows_to_process(p.rows, p.num_rows);
   const int64_t K = p.K;

@@ -44,6 +44,18 @@ int64_t scale_count(int64_t rows, int64_t cols) {
 }
 DType operand_dtype(const MoEConfig& c) { return is_fp8(c) ? DType::fp8_e4m3 : DType::bf16; }
 
+// Decode-sized applies (at most 16 rows per busy expert: each GEMM streams its experts'
+// weights) launch both GEMMs programmatically (GemmArgs::programmatic): GEMM1's CTAs request
+// their first weight stages while the gather or quantize-scatter runs, GEMM2's while GEMM1's
+// last tiles run on a few SMs and the others stand idle. Not for larger applies: launched so at
+// every M (ninth session, docs/perf.md), bf16 layers at M >= 1024 ran 5-14 % slower (not
+// explained; the suspect is where a dependent grid's CTAs land).
+constexpr int64_t kProgrammaticRowsPerExpert = 16;
+bool launches_gemms_programmatically(int64_t pairs, int64_t E_local) {
+  const int64_t busy = std::max<int64_t>(1, std::min(E_local, pairs));
+  return (pairs + busy - 1) / busy <= kProgrammaticRowsPerExpert;
+}
+
 // GEMM2's operand: (rows, N) in the operand dtype, with its group-128 scales when fp8.
 struct Intermediate {
   void* a2 = nullptr;
@@ -277,10 +289,13 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
     }
   }
 
-  // 2. GEMM1 + act(gate)*up (+ fp8 quantization) in its epilogue.
+  // 2. GEMM1 + act(gate)*up (+ fp8 quantization) in its epilogue. m_indptr is the permute's,
+  //    written before the gather began: a programmatic GEMM1 may read it before its wait.
+  const bool programmatic = launches_gemms_programmatically(P, c.num_local_experts);
   sm90::GemmArgs g1 = gemm1_args(c, *a.weights, l.a, l.a_scale, P, l.mid);
   g1.m_indptr = l.perm.m_indptr;
   g1.sm_count = ctx.sm_count;
+  g1.programmatic = programmatic;
   {
     TraceRange range(ctx, "gemm1");
     sm90::launch(g1, stream);
@@ -292,6 +307,7 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
   sm90::GemmArgs g2 = gemm2_args(c, *a.weights, P, l.mid, l.y, l.y_dtype);
   g2.m_indptr = l.perm.m_indptr;
   g2.sm_count = ctx.sm_count;
+  g2.programmatic = programmatic && !reduce_in_gemm2_;  // (not after the memset of y below)
   WeightedReduceArgs r = standard_reduce_args(c, a, l.y, l.y_dtype, l.perm.row_of_pair, M);
   if (reduce_in_gemm2_) {
     g2.row_pair = l.perm.sorted_pair;

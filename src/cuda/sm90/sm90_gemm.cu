@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cuda/cuda_check.h"
+#include "cuda/programmatic_launch.cuh"
 #include "cuda/sm90/sm90_gemm.h"
 #include "cuda/sm90/sm90_gemm_kernel.cuh"
 #include "modmoe/error.h"
@@ -186,38 +187,51 @@ __global__ void build_tile_list_kernel(ScheduleParams p, int32_t bm, WorkTile* l
 
 // ---- launch -------------------------------------------------------------------------------
 
+// The persistent grid and how it is launched.
+struct LaunchShape {
+  int grid;           // CTAs (one per SM)
+  bool programmatic;  // a programmatic dependent of the stream's previous kernel
+  cudaStream_t stream;
+};
+
 template <int BM, int BN, bool kFp8, bool kSplitScales = false>
-void launch_config(const Maps& maps, const KernelParams& params, int grid, cudaStream_t stream) {
+void launch_config(const Maps& maps, const KernelParams& params, const LaunchShape& shape) {
   using C = TileConfig<BM, BN, kFp8, kSplitScales>;
   auto* kernel = &grouped_gemm_kernel<C>;
   // The opt-in shared-memory size is a per-function attribute (once per process is enough,
   // but it is cheap and stays correct when several devices are used).
   MODMOE_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(maps.a, maps.b, maps.d, params);
-  MODMOE_CUDA_CHECK(cudaGetLastError());
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(shape.grid));
+  config.blockDim = dim3(C::kThreads);
+  config.dynamicSmemBytes = C::kSmemBytes;
+  config.stream = shape.stream;
+  cudaLaunchAttribute attribute;
+  set_programmatic(config, attribute, shape.programmatic);
+  MODMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, maps.a, maps.b, maps.d, params));
 }
 
 void dispatch(const TileEntry& tile, bool fp8, bool split_scales, const Maps& maps,
-              const KernelParams& params, int grid, cudaStream_t stream) {
+              const KernelParams& params, const LaunchShape& shape) {
   const std::string name = tile.name;
   if (fp8) {
     if (name == "128x256" && split_scales)
-      return launch_config<128, 256, true, true>(maps, params, grid, stream);
-    if (name == "128x256") return launch_config<128, 256, true>(maps, params, grid, stream);
-    if (name == "128x128") return launch_config<128, 128, true>(maps, params, grid, stream);
+      return launch_config<128, 256, true, true>(maps, params, shape);
+    if (name == "128x256") return launch_config<128, 256, true>(maps, params, shape);
+    if (name == "128x128") return launch_config<128, 128, true>(maps, params, shape);
     if (name == "64x256" && split_scales)
-      return launch_config<64, 256, true, true>(maps, params, grid, stream);
-    if (name == "64x256") return launch_config<64, 256, true>(maps, params, grid, stream);
-    if (name == "64x128") return launch_config<64, 128, true>(maps, params, grid, stream);
-    if (name == "64x64") return launch_config<64, 64, true>(maps, params, grid, stream);
+      return launch_config<64, 256, true, true>(maps, params, shape);
+    if (name == "64x256") return launch_config<64, 256, true>(maps, params, shape);
+    if (name == "64x128") return launch_config<64, 128, true>(maps, params, shape);
+    if (name == "64x64") return launch_config<64, 64, true>(maps, params, shape);
   } else {
-    if (name == "128x256") return launch_config<128, 256, false>(maps, params, grid, stream);
-    if (name == "128x128") return launch_config<128, 128, false>(maps, params, grid, stream);
-    if (name == "64x256") return launch_config<64, 256, false>(maps, params, grid, stream);
-    if (name == "64x128") return launch_config<64, 128, false>(maps, params, grid, stream);
-    if (name == "64x64") return launch_config<64, 64, false>(maps, params, grid, stream);
-    if (name == "144x256") return launch_config<144, 256, false>(maps, params, grid, stream);
+    if (name == "128x256") return launch_config<128, 256, false>(maps, params, shape);
+    if (name == "128x128") return launch_config<128, 128, false>(maps, params, shape);
+    if (name == "64x256") return launch_config<64, 256, false>(maps, params, shape);
+    if (name == "64x128") return launch_config<64, 128, false>(maps, params, shape);
+    if (name == "64x64") return launch_config<64, 64, false>(maps, params, shape);
+    if (name == "144x256") return launch_config<144, 256, false>(maps, params, shape);
   }
   MODMOE_FAIL() << "moe_gemm (sm90): no kernel for tile " << name;
 }
@@ -563,6 +577,7 @@ KernelParams make_params(const GemmArgs& g, const TileEntry& tile) {
       p.b_n_stride = kb, p.b_k_stride = 1;
     }
   }
+  p.programmatic = g.programmatic;
   p.gated = g.gated;
   p.up_gate = g.gated && g.gated_layout == GatedLayout::UpGate;
   p.interleaved = g.gated && g.gated_layout == GatedLayout::Interleaved;
@@ -602,12 +617,15 @@ void launch(const GemmArgs& g, cudaStream_t stream, void* scratch) {
         << "moe_gemm_groupwise (sm90 kernel): the precomputed scheduler needs scratch memory";
     build_tile_list(args, static_cast<WorkTile*>(scratch), stream);
     args.tile_list = static_cast<const WorkTile*>(scratch);
+    // The kernel's scheduler reads the list before its wait: it must have been written first.
+    args.programmatic = false;
   }
+  args.programmatic = args.programmatic && programmatic_launch_available();
   const KernelParams params = make_params(args, tile);
   const Maps maps = make_maps(args, tile);
-  const int grid = args.sm_count > 0 ? args.sm_count : device_sm_count();
-  dispatch(tile, args.ab_dtype == DType::fp8_e4m3, splits_scales(args, tile), maps, params, grid,
-           stream);
+  const LaunchShape shape{args.sm_count > 0 ? args.sm_count : device_sm_count(),
+                          args.programmatic, stream};
+  dispatch(tile, args.ab_dtype == DType::fp8_e4m3, splits_scales(args, tile), maps, params, shape);
 }
 
 }  // namespace modmoe::cuda::sm90

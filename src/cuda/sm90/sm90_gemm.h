@@ -85,6 +85,14 @@ struct GemmArgs {
   // Precomputed scheduler: the tile list (built by build_tile_list for the same arguments and
   // tile). When null, launch() builds one in `scratch`.
   const WorkTile* tile_list = nullptr;
+  // A programmatic dependent launch of the stream's previous kernel (programmatic_launch.cuh;
+  // sm_90, and not with MODMOE_PDL=0): the kernel may start while that kernel finishes. Before
+  // it waits for it, it reads m_indptr or expert_num_tokens (or tile_list), b and b_scale, and
+  // requests its first tile's weight stages; a, a_scale, row_pair, pair_weight and d only
+  // after. So the former must have been written before the previous kernel began (Sm90Experts:
+  // the permute runs before the gather, and so before GEMM1). Ignored (a normal launch) when
+  // launch() builds a tile list itself.
+  bool programmatic = false;
   std::string tile;  // "" = choose_tile()
   int sm_count = 0;  // CTAs of the persistent grid (0: the device's SM count)
 

@@ -34,6 +34,7 @@
 
 #include "cuda/activation_device.cuh"
 #include "cuda/fp8_codec.cuh"
+#include "cuda/programmatic_launch.cuh"
 #include "cuda/sm90/sm90_gemm.h"
 #include "cuda/sm90/sm90_ptx.cuh"
 #include "cuda/sm90/sm90_scheduler.cuh"
@@ -85,6 +86,10 @@ struct KernelParams {
   const int32_t* row_pair;
   const float* pair_weight;
   int32_t topk;
+
+  // Launched programmatically (GemmArgs::programmatic): the producer requests the first tile's
+  // weight stages before it waits for the previous kernel.
+  int32_t programmatic;
 };
 
 constexpr int kSmemLimit = 232448;  // sm_90 per-block opt-in maximum
@@ -177,6 +182,25 @@ static_assert(sizeof(Control) <= kControlBytes, "Control must fit its reserved b
 
 // ---- producer ---------------------------------------------------------------------------------
 
+// The weight (B) boxes of K offset k of tile t into b_tile, completing on `full`.
+template <class C>
+__device__ __forceinline__ void load_b(const CUtensorMap* map_b, const KernelParams& p,
+                                       const WorkTile& t, int k, uint8_t* b_tile, uint64_t* full) {
+  if (p.gated) {
+    // Map (K, half, N, E): the gate rows of the tile's output columns, then the up rows.
+    const int n0 = t.n_block * (C::BN / 2);
+    tma_load_4d(b_tile, map_b, full, k, p.up_gate, n0, t.expert);
+    tma_load_4d(b_tile + C::kBBytes / 2, map_b, full, k, 1 - p.up_gate, n0, t.expert);
+  } else {
+    tma_load_3d(b_tile, map_b, full, k, t.n_block * C::BN, t.expert);
+  }
+}
+
+// Launched programmatically (p.programmatic), the first tile's weight boxes go out for every
+// stage (all empty at the start) before the wait for the previous kernel, its row boxes after
+// it: the weight stream starts while that kernel (the gather, or GEMM1) finishes, and only A
+// waits for it. Launched normally, each stage's boxes go out together (A first), as they did
+// before (the B-first order is not measured there).
 template <class C>
 __device__ void produce(const CUtensorMap* map_a, const CUtensorMap* map_b, const KernelParams& p,
                         uint8_t* tiles, Control& ctl) {
@@ -184,28 +208,35 @@ __device__ void produce(const CUtensorMap* map_a, const CUtensorMap* map_b, cons
   prefetch_tensor_map(map_b);
   int stage = 0, slot = 0;
   uint32_t phase = 0, slot_phase = 0;
+  bool first_tile = true;
   while (true) {
     mbar_wait(&ctl.work_full[slot], slot_phase);
     const WorkTile t = ctl.work[slot];
     mbar_arrive(&ctl.work_empty[slot]);
     if (++slot == kWorkSlots) slot = 0, slot_phase ^= 1;
     if (t.expert < 0) return;
-    for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+    int kb = 0;
+    if (first_tile && p.programmatic) {
+      const int ahead = min(C::kStages, p.num_k_blocks);
+      for (int s = 0; s < ahead; ++s) {
+        mbar_arrive_expect_tx(&ctl.full[s], C::kStageBytes);
+        load_b<C>(map_b, p, t, s * C::kBK, tiles + s * C::kStageBytes + C::kABytes, &ctl.full[s]);
+      }
+      wait_for_prerequisite_grids();
+      for (int s = 0; s < ahead; ++s)
+        tma_load_2d(tiles + s * C::kStageBytes, map_a, &ctl.full[s], s * C::kBK, t.row_begin);
+      kb = stage = ahead;
+      if (stage == C::kStages) stage = 0, phase ^= 1;
+      first_tile = false;
+    }
+    for (; kb < p.num_k_blocks; ++kb) {
       mbar_wait(&ctl.empty[stage], phase ^ 1);
       uint8_t* a_tile = tiles + stage * C::kStageBytes;
-      uint8_t* b_tile = a_tile + C::kABytes;
       uint64_t* full = &ctl.full[stage];
       mbar_arrive_expect_tx(full, C::kStageBytes);
       const int k = kb * C::kBK;
       tma_load_2d(a_tile, map_a, full, k, t.row_begin);
-      if (p.gated) {
-        // Map (K, half, N, E): the gate rows of the tile's output columns, then the up rows.
-        const int n0 = t.n_block * (C::BN / 2);
-        tma_load_4d(b_tile, map_b, full, k, p.up_gate, n0, t.expert);
-        tma_load_4d(b_tile + C::kBBytes / 2, map_b, full, k, 1 - p.up_gate, n0, t.expert);
-      } else {
-        tma_load_3d(b_tile, map_b, full, k, t.n_block * C::BN, t.expert);
-      }
+      load_b<C>(map_b, p, t, k, a_tile + C::kABytes, full);
       if (++stage == C::kStages) stage = 0, phase ^= 1;
     }
   }
@@ -229,7 +260,12 @@ __device__ void schedule_with(Finder finder, Control& ctl, int ends) {
     }
     __syncwarp();
     if (++slot == kWorkSlots) slot = 0, slot_phase ^= 1;
-    if (tile.expert < 0 && --ends == 0) return;
+    if (tile.expert < 0 && --ends == 0) {
+      // No tile left to start here: a programmatic dependent (GEMM2 after GEMM1) may launch once
+      // every CTA got here, its CTAs taking the SMs as this grid's leave them.
+      allow_dependent_launch();
+      return;
+    }
   }
 }
 
@@ -1409,6 +1445,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     }
   } else {
     setmaxnreg_increase<232>();
+    // The row scales (fp8) and d are the previous kernel's until it has finished (a programmatic
+    // launch; at once otherwise). The consumers' first full stage comes after the producer's
+    // wait anyway.
+    wait_for_prerequisite_grids();
     if constexpr (C::kSwapped) {
       consume_swapped<C>(p, tiles, ctl, warp / 4 - 1);
     } else {
