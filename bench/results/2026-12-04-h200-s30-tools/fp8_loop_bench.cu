@@ -138,49 +138,47 @@ __device__ __forceinline__ void mbar_arrive_relaxed(uint64_t* bar) {
   asm volatile("mbarrier.arrive.relaxed.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar))
                : "memory");
 }
-__device__ __forceinline__ void mbar_wait_relaxed(uint64_t* bar, uint32_t parity) {
+// The waits under test, one loop: kRelaxed try_wait.relaxed, kTest test_wait (never suspends),
+// kHinted try_wait with a suspend-time hint of 10 ms (0x989680 ns: the thread is suspended until
+// the phase completes rather than for the default, system-dependent limit).
+enum WaitForm { kRelaxed, kTest, kHinted };
+template <WaitForm kForm>
+__device__ __forceinline__ void mbar_wait_as(uint64_t* bar, uint32_t parity) {
+  const uint32_t at = smem_addr(bar);
   uint32_t done = 0;
   do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.relaxed.cta.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void mbar_test_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// try_wait with a suspend-time hint of 10 ms (0x989680 ns): the waiting thread is suspended
-// until the phase completes rather than for the default, system-dependent limit.
-__device__ __forceinline__ void mbar_wait_hinted(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity), "r"(0x989680u)
-        : "memory");
+    if constexpr (kForm == kRelaxed) {
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.relaxed.cta.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(at), "r"(parity)
+          : "memory");
+    } else if constexpr (kForm == kTest) {
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(at), "r"(parity)
+          : "memory");
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(at), "r"(parity), "r"(0x989680u)
+          : "memory");
+    }
   } while (!done);
 }
 template <int V>
 __device__ __forceinline__ void consumer_full_wait(uint64_t* bar, uint32_t parity) {
   if constexpr (V == kHalves256HintBoth) {
-    mbar_wait_hinted(bar, parity);
+    mbar_wait_as<kHinted>(bar, parity);
   } else if constexpr (V == kHalves256RelaxedBoth) {
-    mbar_wait_relaxed(bar, parity);
+    mbar_wait_as<kRelaxed>(bar, parity);
   } else if constexpr (V == kHalves256TestWait) {
-    mbar_test_wait(bar, parity);
+    mbar_wait_as<kTest>(bar, parity);
   } else {
     mbar_wait(bar, parity);
   }
@@ -601,7 +599,7 @@ __device__ __noinline__ void produce_stages(uint8_t* ring, const uint8_t* src, i
   const uint32_t ring_at = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
   for (int n = 0; n < blocks; ++n) {
     if constexpr (V == kHalves256HintProducer || V == kHalves256HintBoth) {
-      mbar_wait_hinted(&g_empty[stage], phase ^ 1);
+      mbar_wait_as<kHinted>(&g_empty[stage], phase ^ 1);
     } else {
       mbar_wait(&g_empty[stage], phase ^ 1);
     }
