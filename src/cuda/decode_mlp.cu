@@ -11,7 +11,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 #include <string>
 
