@@ -7,10 +7,16 @@
 // kernel wrote is visible. Both instructions are no-ops in a kernel launched normally, so a
 // kernel may call them unconditionally.
 //
-// Users: the decode path (down after gate_up), and Sm90Experts' decode-sized Hopper GEMMs
-// (GEMM1 after the gather or quantize-scatter, GEMM2 after GEMM1), each of which requests its
-// first weight stages before it waits. MODMOE_PDL=0 turns every programmatic launch off (to
-// measure what they bring, or where a tool mishandles them).
+// What the previous kernel writes must not be read through a `const T* __restrict__` kernel
+// parameter: the compiler may load such memory as invariant (LDG.CONSTANT) and hoist the loads
+// above the wait, whose memory clobber holds back only ordinary loads. The weighted reduce did
+// (docs/perf.md, thirty-third session); tests/cuda/late_writer.cuh is the test for it.
+//
+// Users: the decode path (down after gate_up), and Sm90Experts' decode-sized applies (GEMM1
+// after the gather or quantize-scatter, GEMM2 after GEMM1, the weighted reduce after GEMM2), each
+// of which loads what is older than its previous kernel (weights, row indices) before it waits.
+// MODMOE_PDL=0 turns every programmatic launch off (to measure what they bring, or where a tool
+// mishandles them).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -10,6 +10,7 @@
 // the results are bit-identical to a plain k loop.
 #include "cuda/cuda_check.h"
 #include "cuda/float_io.cuh"
+#include "cuda/programmatic_launch.cuh"
 #include "cuda/reduce.h"
 #include "modmoe/error.h"
 
@@ -47,9 +48,14 @@ struct PairRows {
 // the DRAM peak, each thread's row loads waiting behind the row-index round trip. Five: Qwen3.5
 // fp8 M = 8192's reduce 96.8 -> 76.1 us (ncu, H200, 2026-12-01). Six (80 registers) spilled and
 // lost (84.1 -> 89.0 us).
+//
+// src is not __restrict__: a read-only, non-aliased pointer lets the compiler load it through the
+// non-coherent path as an invariant load, which it may hoist above griddepcontrol.wait. It did
+// (SASS, 2026-12-04: every y load ran before the wait), and a programmatic reduce of a chunked
+// forward read the previous chunk's y. Plain loads stay after the wait's memory clobber.
 template <typename SrcT, typename OutT, int kVec>
 __global__ void __launch_bounds__(kMaxThreads, 5)
-    weighted_reduce_kernel(const SrcT* __restrict__ src, int64_t src_ld, PairRows rows,
+    weighted_reduce_kernel(const SrcT* src, int64_t src_ld, PairRows rows,
                            const float* __restrict__ weights, int32_t topk, int64_t K,
                            OutT* __restrict__ out, int64_t out_ld) {
   const int64_t t = blockIdx.x;
@@ -68,6 +74,9 @@ __global__ void __launch_bounds__(kMaxThreads, 5)
       row[i] = in_range ? rows(p) : -1;
       w[i] = (in_range && weights) ? weights[p] : 1.0f;
     }
+    // Launched programmatically: the rows' indices and weights are older than the kernel before
+    // (GEMM2), src is its output. A no-op otherwise, and after the first chunk.
+    if (k0 == 0) wait_for_prerequisite_grids();
     // Kept in the source type until used: half the registers for 16-bit src.
     Vec<SrcT, kVec> v[kKChunk];
 #pragma unroll
@@ -96,10 +105,16 @@ void launch(const WeightedReduceArgs& a, const PairRows& rows, cudaStream_t stre
   while (threads > kMinThreads && a.M * column_tiles(a.K, threads, kVec) < kMinBlocks) threads /= 2;
   const dim3 grid(static_cast<unsigned>(a.M),
                   static_cast<unsigned>(column_tiles(a.K, threads, kVec)));
-  weighted_reduce_kernel<SrcT, OutT, kVec><<<grid, threads, 0, stream>>>(
-      static_cast<const SrcT*>(a.src), a.src_ld, rows, a.topk_weights, static_cast<int32_t>(a.topk),
-      a.K, static_cast<OutT*>(a.out), a.out_ld);
-  MODMOE_CUDA_CHECK_LAUNCH();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.stream = stream;
+  cudaLaunchAttribute attribute;
+  set_programmatic(config, attribute, a.programmatic && programmatic_launch_available());
+  MODMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, weighted_reduce_kernel<SrcT, OutT, kVec>,
+                                       static_cast<const SrcT*>(a.src), a.src_ld, rows,
+                                       a.topk_weights, static_cast<int32_t>(a.topk), a.K,
+                                       static_cast<OutT*>(a.out), a.out_ld));
 }
 
 // The widest vector that K, both leading dimensions and both pointers allow: 8 elements when

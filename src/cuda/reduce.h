@@ -37,6 +37,12 @@ struct WeightedReduceArgs {
   void* out = nullptr;  // (M, K) rows, bf16/fp16/fp32; must not overlap src
   DType out_dtype = DType::fp32;
   int64_t out_ld = 0;
+
+  // A programmatic dependent launch of the stream's previous kernel (programmatic_launch.cuh;
+  // sm_90, not with MODMOE_PDL=0): the blocks read pair_row / topk_ids / expert_map and
+  // topk_weights before they wait for that kernel, src and out after. So the former must have
+  // been written before it began (Sm90Experts: the permute's and the router's, before GEMM2).
+  bool programmatic = false;
 };
 
 void weighted_reduce(const WeightedReduceArgs& args, cudaStream_t stream);

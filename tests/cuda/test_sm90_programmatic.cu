@@ -1,17 +1,13 @@
 // The Hopper grouped GEMM launched programmatically (sm90::GemmArgs::programmatic) after a kernel
-// that writes the GEMM's rows, row scales and out late: the GEMM may start while that kernel
-// runs and request its weight stages, but must read a (and fp8 a_scale) and write d only after
-// its griddepcontrol.wait. The late kernel lets its dependents launch at once, spins ~2 ms, then
-// copies the real rows over a poisoned a (bf16 0x7f7f ~ 3.4e38, whose products overflow; fp8
-// codes 0x7e = 448 with NaN scales) and fills d with 0xFF (NaN): the GEMM's out must be finite
-// and match the reference.
+// that writes the GEMM's rows, row scales and out late (late_writer.cuh): the GEMM may start
+// while that kernel runs and request its weight stages, but must read a (and fp8 a_scale) and
+// write d only after its griddepcontrol.wait. The rows are poisoned until then (bf16 0x7f7f ~
+// 3.4e38, whose products overflow; fp8 codes 0x7e = 448 with NaN scales): the GEMM's out must be
+// finite and match the reference.
 //
-// Not yet shown (docs/perf.md thirty-second session §4): that it fails without the producer's
-// wait. Without the normal first launch below it passed with the wait removed
-// (…-s32-patches/mutation-producer-no-wait.patch), built incrementally and from scratch,
-// although a probe kernel of the same shape does enter ~2 ms before such a writer ends; the
-// suspect is the GEMM's module loaded lazily at its first launch, waiting for the writer. The
-// mutation has not been run against this form.
+// It fails with the producer's wait removed (…-s32-patches/mutation-producer-no-wait.patch,
+// 2026-12-04: non-finite -inf at row 0, docs/perf.md thirty-third session) once the GEMM has been
+// launched normally first (late_writer.cuh says why).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -23,6 +19,7 @@
 
 #include "cuda/cuda_session.h"
 #include "cuda/gpu_test.h"
+#include "cuda/late_writer.cuh"
 #include "cuda/programmatic_launch.cuh"
 #include "cuda/sm90/sm90_gemm.h"
 #include "cuda/sm90_test_util.h"
@@ -33,35 +30,10 @@ namespace modmoe {
 namespace {
 
 using testing::CudaSession;
+using testing::LateWrites;
 using testing::sm90::indptr_from_counts;
 using testing::sm90::Uniform;
 namespace sm90 = cuda::sm90;
-
-struct LateWrites {
-  const uint32_t* a_src;
-  uint32_t* a_dst;
-  int64_t a_words;
-  const uint32_t* scale_src;  // null: no scales (bf16)
-  uint32_t* scale_dst;
-  int64_t scale_words;
-  uint32_t* out;  // filled with 0xFFFFFFFF
-  int64_t out_words;
-};
-
-// Lets a programmatic dependent launch now, spins `spin_cycles`, then does w's writes.
-__global__ void late_writes_kernel(LateWrites w, int64_t spin_cycles) {
-  cuda::allow_dependent_launch();
-  const long long start = clock64();
-  while (clock64() - start < spin_cycles) {
-  }
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < w.a_words; i += stride)
-    w.a_dst[i] = w.a_src[i];
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < w.scale_words; i += stride)
-    w.scale_dst[i] = w.scale_src[i];
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < w.out_words; i += stride)
-    w.out[i] = 0xFFFFFFFFu;
-}
 
 constexpr int64_t kK = 512, kN = 256;
 // Experts of 170, 1, 0 and 129 rows: row tiles of 64 and 128 rows, partial ones, an empty one.
@@ -133,14 +105,10 @@ TEST(Sm90Programmatic, GemmAfterALateWriterMatchesTheReference) {
                 cudaSuccess);
       ASSERT_EQ(cudaMemsetAsync(out.tensor().data(), 0, out.tensor().nbytes(), stream),
                 cudaSuccess);
-      LateWrites w{static_cast<const uint32_t*>(a_real.tensor().data()),
-                   static_cast<uint32_t*>(a_dev.tensor().data()),
-                   static_cast<int64_t>(a_real.tensor().nbytes() / 4),
-                   nullptr,
-                   nullptr,
-                   0,
-                   static_cast<uint32_t*>(out.tensor().data()),
-                   static_cast<int64_t>(out.tensor().nbytes() / 4)};
+      LateWrites w;
+      w.copies[0] = testing::late_copy(a_real, a_dev);
+      w.nan_fill = static_cast<uint32_t*>(out.tensor().data());
+      w.nan_words = static_cast<int64_t>(out.tensor().nbytes() / 4);
       OwnedTensor scale_real, scale_dev, b_scale_dev;
       if (dtype == DType::fp8_e4m3) {
         scale_real = gpu.to_device(a_scale);
@@ -149,9 +117,7 @@ TEST(Sm90Programmatic, GemmAfterALateWriterMatchesTheReference) {
         ASSERT_EQ(
             cudaMemsetAsync(scale_dev.tensor().data(), 0xFF, scale_dev.tensor().nbytes(), stream),
             cudaSuccess);  // NaN
-        w.scale_src = static_cast<const uint32_t*>(scale_real.tensor().data());
-        w.scale_dst = static_cast<uint32_t*>(scale_dev.tensor().data());
-        w.scale_words = static_cast<int64_t>(scale_real.tensor().nbytes() / 4);
+        w.copies[1] = testing::late_copy(scale_real, scale_dev);
       }
       sm90::GemmArgs g;
       g.a = a_dev.tensor().data();
@@ -170,15 +136,10 @@ TEST(Sm90Programmatic, GemmAfterALateWriterMatchesTheReference) {
       g.d_dtype = DType::fp32;
       g.tile = tile;
       g.sm_count = gpu.ctx().sm_count;
-      // Launched normally once first, and waited for: a kernel's first launch in a process loads
-      // its module (lazy loading), which may wait for the kernels in flight (the late writer)
-      // and so keep the programmatic launch below from starting early.
+      // Launched normally once first, and waited for (lazy loading: late_writer.cuh).
       ASSERT_EQ(testing::error_of([&] { sm90::launch(g, stream); }), "") << what;
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      // ~4M SM cycles (~2 ms): far longer than the host takes to enqueue the GEMM (its checks and
-      // tensor maps) and the GEMM's CTAs to start.
-      late_writes_kernel<<<4, 256, 0, stream>>>(w, 4000000);
-      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      ASSERT_EQ(testing::launch_late_writes(w, stream), cudaSuccess);
 
       g.programmatic = true;
       ASSERT_EQ(testing::error_of([&] { sm90::launch(g, stream); }), "") << what;

@@ -45,13 +45,16 @@ int64_t scale_count(int64_t rows, int64_t cols) {
 DType operand_dtype(const MoEConfig& c) { return is_fp8(c) ? DType::fp8_e4m3 : DType::bf16; }
 
 // Decode-sized applies (at most 16 rows per busy expert: each GEMM streams its experts'
-// weights) launch both GEMMs programmatically (GemmArgs::programmatic): GEMM1's CTAs request
-// their first weight stages while the gather or quantize-scatter runs, GEMM2's while GEMM1's
-// last tiles run on a few SMs and the others stand idle. Not for larger applies: launched so at
+// weights) launch both GEMMs and the weighted reduce programmatically (GemmArgs::programmatic,
+// WeightedReduceArgs::programmatic): GEMM1's CTAs request their first weight stages while the
+// gather or quantize-scatter runs, GEMM2's while GEMM1's last tiles run on a few SMs and the
+// others stand idle, and the reduce's blocks load their rows' indices and weights while GEMM2's
+// last tiles run (Qwen3 / Qwen3.5 fp8 M = 16: 0.97-0.98x, docs/perf.md thirty-third session).
+// The GEMMs' rule was not swept past 16 rows. Not for larger applies: launched so at
 // every M (ninth session, docs/perf.md), bf16 layers at M >= 1024 ran 5-14 % slower (not
 // explained; the suspect is where a dependent grid's CTAs land).
 constexpr int64_t kProgrammaticRowsPerExpert = 16;
-bool launches_gemms_programmatically(int64_t pairs, int64_t E_local) {
+bool launches_programmatically(int64_t pairs, int64_t E_local) {
   const int64_t busy = std::max<int64_t>(1, std::min(E_local, pairs));
   return (pairs + busy - 1) / busy <= kProgrammaticRowsPerExpert;
 }
@@ -291,7 +294,7 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
 
   // 2. GEMM1 + act(gate)*up (+ fp8 quantization) in its epilogue. m_indptr is the permute's,
   //    written before the gather began: a programmatic GEMM1 may read it before its wait.
-  const bool programmatic = launches_gemms_programmatically(P, c.num_local_experts);
+  const bool programmatic = launches_programmatically(P, c.num_local_experts);
   sm90::GemmArgs g1 = gemm1_args(c, *a.weights, l.a, l.a_scale, P, l.mid);
   g1.m_indptr = l.perm.m_indptr;
   g1.sm_count = ctx.sm_count;
@@ -322,6 +325,9 @@ void Sm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
     TraceRange range(ctx, "gemm2");
     sm90::launch(g2, stream);
   }
+  // Programmatic after GEMM2 as GEMM2 after GEMM1 (row_of_pair and the weights are older; y is
+  // GEMM2's, read after the wait). After a folded GEMM2 too: its atomics into y end with it.
+  r.programmatic = programmatic;
   TraceRange range(ctx, "reduce");
   weighted_reduce(r, stream);
 }
