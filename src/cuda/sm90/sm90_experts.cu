@@ -50,9 +50,10 @@ DType operand_dtype(const MoEConfig& c) { return is_fp8(c) ? DType::fp8_e4m3 : D
 // gather or quantize-scatter runs, GEMM2's while GEMM1's last tiles run on a few SMs and the
 // others stand idle, and the reduce's blocks load their rows' indices and weights while GEMM2's
 // last tiles run (Qwen3 / Qwen3.5 fp8 M = 16: 0.97-0.98x, docs/perf.md thirty-third session).
-// The GEMMs' rule was not swept past 16 rows. Not for larger applies: launched so at
-// every M (ninth session, docs/perf.md), bf16 layers at M >= 1024 ran 5-14 % slower (not
-// explained; the suspect is where a dependent grid's CTAs land).
+// Not for larger applies: launched so at every M (ninth session, docs/perf.md), bf16 layers at
+// M >= 1024 ran 5-14 % slower (not explained; the suspect is where a dependent grid's CTAs land);
+// with the rule at 32 rows, DeepSeek-V3 M = 1024 (32 rows per expert) ran 1.13-1.17x slower and
+// Mixtral M = 128 0.975-0.99x faster (A/B, thirty-third session): 16 it stays.
 constexpr int64_t kProgrammaticRowsPerExpert = 16;
 bool launches_programmatically(int64_t pairs, int64_t E_local) {
   const int64_t busy = std::max<int64_t>(1, std::min(E_local, pairs));
