@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kMaxThreads, 5)
       w[i] = (in_range && weights) ? weights[p] : 1.0f;
     }
     // Launched programmatically: the rows' indices and weights are older than the kernel before
-    // (GEMM2), src is its output. A no-op otherwise, and after the first chunk.
+    // (GEMM2), src is its output. Once per thread (the first k chunk); a no-op launched normally.
     if (k0 == 0) wait_for_prerequisite_grids();
     // Kept in the source type until used: half the registers for 16-bit src.
     Vec<SrcT, kVec> v[kKChunk];
