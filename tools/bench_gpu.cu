@@ -273,7 +273,8 @@ void run_case(const SuiteContext& s, const ModelShape& model, QuantScheme scheme
   const cudaStream_t stream = s.stream;
   QuantConfig quant;
   quant.scheme = scheme;
-  const MoEConfig c = model_config(model, DType::bf16, quant);
+  MoEConfig c = model_config(model, DType::bf16, quant);
+  c.max_num_tokens = M;  // a batched --pf (one rank sends all M tokens); standard parts ignore it
   const int64_t K = c.hidden_size, N = c.intermediate_size, topk = c.topk;
   const uint64_t seed = mix(o.seed ^ hash_name(model.name)) + uint64_t(M);
 
