@@ -12,9 +12,10 @@
 // above the wait, whose memory clobber holds back only ordinary loads. The weighted reduce did
 // (docs/perf.md, thirty-third session); tests/cuda/late_writer.cuh is the test for it.
 //
-// Users: the decode path (down after gate_up), and Sm90Experts' decode-sized applies (GEMM1
-// after the gather or quantize-scatter, GEMM2 after GEMM1, the weighted reduce after GEMM2), each
-// of which loads what is older than its previous kernel (weights, row indices) before it waits.
+// Users: the decode path (down after gate_up), Sm90Experts' decode-sized applies (GEMM1 after
+// the gather or quantize-scatter, GEMM2 after GEMM1, the weighted reduce after GEMM2) and
+// BatchedSm90Experts' (GEMM2 after GEMM1), each of which loads what is older than its previous
+// kernel (weights, row indices, counts) before it waits.
 // MODMOE_PDL=0 turns every programmatic launch off (to measure what they bring, or where a tool
 // mishandles them).
 #pragma once

@@ -384,6 +384,11 @@ void BatchedSm90Experts::apply(const Context& ctx, const ApplyArgs& a) {
   g2.expert_num_tokens = counts;
   g2.batch_rows = T;
   g2.sm_count = ctx.sm_count;
+  // Decode-sized batches (at most 16 rows per expert): GEMM2 after GEMM1 as Sm90Experts launches
+  // it (the counts are the dispatch's, older than GEMM1). GEMM1 stays normal: its scheduler reads
+  // the counts before any wait, and the kernel before it wrote them. M = 1: 0.88-0.96x on Qwen3,
+  // Qwen3.5 and gpt-oss, M = 16 0.97-0.99x (A/B, docs/perf.md thirty-third session §4).
+  g2.programmatic = T <= kProgrammaticRowsPerExpert;
   TraceRange range(ctx, "gemm2");
   sm90::launch(g2, stream);
 }
