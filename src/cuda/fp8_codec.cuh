@@ -62,6 +62,34 @@ __device__ __forceinline__ Fp8Reciprocal fp8_reciprocal(float scale) {
   return {1.0f, __frcp_rn(scale)};
 }
 
+// The same scale and reciprocal without a branch, for amax_bits on which
+// fp8_scale_is_fast: 0 (scale 1) or a finite amax whose amax / 448 is a normal float. These are
+// the instructions of __fdiv_rn's and __frcp_rn's own fast paths (SASS, nvcc 13.0: three FFMAs
+// for the division by 448, MUFU.RCP and two FFMAs for the reciprocal) without the range checks
+// and slow-path calls around them, which made each row's chain a branch region of its own in the
+// Hopper GEMM's fp8-out epilogue, so the two rows of a thread ran one after the other (perf.md,
+// thirty-first session). The bits are the exact forms': the CPU checked the division over every
+// finite amax (bench/results/2026-12-04-h200-s31-tools/div448_check.cpp) and
+// CudaFp8Codec.FastScaleHasTheExactBitsOnEveryAmax checks both on the GPU.
+constexpr uint32_t kFastScaleMinAmaxBits = 0x04e00000u;  // 7 * 2^-120 = 448 * 2^-126
+
+__device__ __forceinline__ bool fp8_scale_is_fast(uint32_t amax_bits) {
+  return amax_bits == 0u || (amax_bits >= kFastScaleMinAmaxBits && amax_bits < 0x7f800000u);
+}
+
+__device__ __forceinline__ float fp8_scale_for_amax_fast(float amax) {
+  constexpr float kInv448 = 1.0f / 448.0f;  // correctly rounded at compile time
+  const float q0 = __fmul_rn(amax, kInv448);
+  const float q = __fmaf_rn(__fmaf_rn(-q0, 448.0f, amax), kInv448, q0);
+  return amax == 0.0f ? 1.0f : q;
+}
+
+__device__ __forceinline__ float fp8_reciprocal_fast(float scale) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(scale));
+  return __fmaf_rn(y, __fmaf_rn(-scale, y, 1.0f), y);
+}
+
 // The code of a NaN quotient: x's sign if x is NaN, else the scale's (as the CPU writes it out;
 // the GPU's arithmetic returns one canonical NaN).
 __device__ __forceinline__ uint32_t e4m3_nan_code(float x, float scale) {

@@ -1104,10 +1104,21 @@ __device__ __forceinline__ void gated_epilogue(const KernelParams& p, float (&ac
     amax_hi = max(ctl.row_amax[0][row_in_tile + 8], ctl.row_amax[1][row_in_tile + 8]);
     named_barrier_sync(1, 128 * C::kConsumers);  // before the next tile overwrites row_amax
   }
-  const float scale_lo = fp8_scale_for_amax(__uint_as_float(amax_lo));
-  const float scale_hi = fp8_scale_for_amax(__uint_as_float(amax_hi));
-  const Fp8Reciprocal reciprocal_lo = fp8_reciprocal(scale_lo);
-  const Fp8Reciprocal reciprocal_hi = fp8_reciprocal(scale_hi);
+  // Both rows' scales and reciprocals as one branch-free stretch where both amaxes allow it
+  // (every finite row but the tiniest), so the two chains interleave; else the exact forms.
+  float scale_lo, scale_hi;
+  Fp8Reciprocal reciprocal_lo, reciprocal_hi;
+  if (fp8_scale_is_fast(amax_lo) && fp8_scale_is_fast(amax_hi)) {
+    scale_lo = fp8_scale_for_amax_fast(__uint_as_float(amax_lo));
+    scale_hi = fp8_scale_for_amax_fast(__uint_as_float(amax_hi));
+    reciprocal_lo = {1.0f, fp8_reciprocal_fast(scale_lo)};
+    reciprocal_hi = {1.0f, fp8_reciprocal_fast(scale_hi)};
+  } else {
+    scale_lo = fp8_scale_for_amax(__uint_as_float(amax_lo));
+    scale_hi = fp8_scale_for_amax(__uint_as_float(amax_hi));
+    reciprocal_lo = fp8_reciprocal(scale_lo);
+    reciprocal_hi = fp8_reciprocal(scale_hi);
+  }
   // ceil: with N_out % 128 != 0 the last group is partial; its columns past N_out hold
   // act(0) * 0 = 0 (TMA zero-fills B rows past N), so they do not move the amax.
   const int32_t scale_cols = (p.N_out + 127) / 128;
